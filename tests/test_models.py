@@ -1,0 +1,37 @@
+"""Pinned models are fetched, verified, cached, and re-fetched when the cache is corrupt."""
+
+import shutil
+
+import pytest
+
+from ridgefill import fetch, models
+
+
+def test_unknown_model():
+    with pytest.raises(models.UnknownModel, match="smollm2-135m"):
+        models.fetch_model("no-such-model")
+
+
+def test_cached_model_is_verified(smollm2_path):
+    assert fetch.sha256_file(smollm2_path) == models.entry("smollm2-135m").sha256
+    assert models.fetch_model("smollm2-135m", offline=True) == smollm2_path
+
+
+@pytest.mark.slow
+def test_corrupted_cache_is_detected_and_refetched(smollm2_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("RIDGEFILL_CACHE", str(tmp_path))
+    bad = models.cached_path("smollm2-135m")
+    bad.parent.mkdir(parents=True)
+    shutil.copy(smollm2_path, bad)
+    with open(bad, "r+b") as f:
+        f.seek(1 << 20)
+        byte = f.read(1)
+        f.seek(1 << 20)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+    with pytest.raises(fetch.FetchError, match="offline"):
+        models.fetch_model("smollm2-135m", offline=True)
+    good = models.fetch_model("smollm2-135m")
+    assert good == bad
+    assert fetch.sha256_file(good) == models.entry("smollm2-135m").sha256
+    assert not list(good.parent.glob(".*")), "temporary download files were left behind"
