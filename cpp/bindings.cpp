@@ -133,6 +133,7 @@ class Model {
     uint64_t size() const { return llama_model_size(model_); }
     int bos() const { return llama_vocab_bos(vocab_); }
     int eos() const { return llama_vocab_eos(vocab_); }
+    bool add_bos() const { return llama_vocab_get_add_bos(vocab_); }
 
     std::string desc() const {
         char buf[256];
@@ -293,10 +294,13 @@ class Context {
             batch_.seq_id[i][0] = seq_id;
             batch_.logits[i]    = want[i];
         }
-        n_outputs_ = 0;
-        for (auto w : want) {
-            n_outputs_ += w ? 1 : 0;
+        output_rows_.clear();
+        for (size_t i = 0; i < n; ++i) {
+            if (want[i]) {
+                output_rows_.push_back((int32_t) i);
+            }
         }
+        n_outputs_ = (int) output_rows_.size();
 
         clear_log_tail();
         int32_t rc;
@@ -316,11 +320,12 @@ class Context {
     }
 
     // logits of the last decode's outputs, shape (n_outputs, n_vocab), in row order
+    // (llama_get_logits_ith takes the row's index in the batch, not its output index)
     py::array_t<float> logits() const {
         const int nv = model_->n_vocab();
         py::array_t<float> out({(py::ssize_t) n_outputs_, (py::ssize_t) nv});
         for (int i = 0; i < n_outputs_; ++i) {
-            const float * row = llama_get_logits_ith(ctx_, i);
+            const float * row = llama_get_logits_ith(ctx_, output_rows_[i]);
             if (row == nullptr) {
                 throw std::runtime_error("no logits for output " + std::to_string(i));
             }
@@ -339,7 +344,7 @@ class Context {
         const int nv = model_->n_vocab();
         py::array_t<double> out(n_outputs_);
         for (int i = 0; i < n_outputs_; ++i) {
-            const float * row = llama_get_logits_ith(ctx_, i);
+            const float * row = llama_get_logits_ith(ctx_, output_rows_[i]);
             const float mx = *std::max_element(row, row + nv);
             double sum = 0.0;
             for (int j = 0; j < nv; ++j) {
@@ -433,6 +438,7 @@ class Context {
     llama_context *        ctx_ = nullptr;
     llama_batch            batch_{};
     std::vector<int>       captured_;
+    std::vector<int32_t>   output_rows_;  // batch index of each output row of the last decode
     int                    n_outputs_     = 0;
     size_t                 last_n_tokens_ = 0;
 };
@@ -464,6 +470,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("size", &Model::size)
         .def_property_readonly("bos", &Model::bos)
         .def_property_readonly("eos", &Model::eos)
+        .def_property_readonly("add_bos", &Model::add_bos)
         .def_property_readonly("desc", &Model::desc)
         .def("metadata", &Model::metadata)
         .def("tokenize", &Model::tokenize, py::arg("text"), py::arg("add_special") = true, py::arg("parse_special") = false)

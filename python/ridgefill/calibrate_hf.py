@@ -1,0 +1,90 @@
+"""Calibration capture backend `hf`: a Hugging Face checkpoint through transformers.
+
+Forward pre-hooks on the decoder layers read each layer's input (h_l) for the split layer
+and every later layer; the statistics are the same as the llama.cpp backend's. Runs on
+the GPU when one is present. Tokens come from the caller (usually the GGUF's own
+tokenizer, through the bindings) so both backends see identical rows.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .calibrate import CaptureConfig, assign, check_split, windows
+from .corpus import Document, corpus_hash
+from .stats import CalibrationStats, ModelIdentity, Moments, Provenance
+
+
+def load_hf(path: str, gguf_file: str | None = None, dtype: str = "float32"):
+    import torch
+    import transformers
+
+    kw = {"gguf_file": gguf_file} if gguf_file else {}
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=getattr(torch, dtype), **kw)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return model.to(device).eval()
+
+
+def decoder_layers(model):
+    for attr in ("model.layers", "model.language_model.layers", "transformer.h"):
+        obj = model
+        try:
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+            return obj
+        except AttributeError:
+            continue
+    raise ValueError(f"cannot find the decoder layers of {type(model).__name__}")
+
+
+def capture_hf(model, tokenize: Callable[[str], np.ndarray], bos: int | None, docs: list[Document], cfg: CaptureConfig,
+               identity: ModelIdentity, progress: Callable[[int], None] | None = None) -> CalibrationStats:
+    import torch
+
+    check_split(identity, cfg.split)
+    layers = decoder_layers(model)
+    if len(layers) != identity.n_layer:
+        raise ValueError(f"HF model has {len(layers)} layers, the GGUF identity says {identity.n_layer}")
+    wanted = list(range(cfg.split, identity.n_layer))
+    grabbed: dict[int, torch.Tensor] = {}
+
+    def hook(il):
+        def pre(_module, args, kwargs):
+            h = args[0] if args else kwargs["hidden_states"]
+            grabbed[il] = h[0].detach().float().cpu()
+        return pre
+
+    handles = [layers[il].register_forward_pre_hook(hook(il), with_kwargs=True) for il in wanted]
+    device = next(model.parameters()).device
+    stats = CalibrationStats(identity, cfg.split)
+
+    def run(doc_set, mom: Moments, budget: int) -> Provenance:
+        prov = Provenance(sinks=cfg.sinks, window=cfg.window, backend="hf")
+        used = []
+        for doc in doc_set:
+            if prov.n_tokens >= budget:
+                break
+            for w in windows(tokenize(doc.text), bos, cfg.window, budget - prov.n_tokens, cfg.sinks + 16):
+                with torch.no_grad():
+                    model(torch.tensor(w[None, :].astype(np.int64), device=device))
+                x = grabbed[wanted[0]].numpy()[cfg.sinks:]
+                mom.update(x, [grabbed[il].numpy()[cfg.sinks:] for il in wanted[1:]])
+                prov.n_tokens += len(w)
+                if progress:
+                    progress(len(w))
+            used.append(doc)
+        prov.documents = [d.name for d in used]
+        prov.corpus_hash = corpus_hash(used)
+        return prov
+
+    try:
+        n_held = int(cfg.tokens * cfg.heldout_frac)
+        train_docs, held_docs = assign(docs, cfg)
+        stats.provenance = run(train_docs, stats.train, cfg.tokens - n_held)
+        stats.heldout_provenance = run(held_docs, stats.heldout, n_held)
+    finally:
+        for h in handles:
+            h.remove()
+    return stats

@@ -1,0 +1,1 @@
+"""Measurements that expose RidgeFill's error: needles, distant-context loss, splices, statistics."""

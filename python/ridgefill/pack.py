@@ -1,0 +1,216 @@
+"""Augmented GGUF = base GGUF (every key and tensor byte for byte) + ridge maps + metadata.
+
+Uses llama.cpp's own `gguf` package for reading and writing. The output is written to a
+temporary file beside OUT and renamed only when complete, so an interrupted write leaves
+no partial OUT.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from .fetch import sha256_file
+from .ridge import Maps
+from .stats import ModelIdentity, Provenance
+
+FORMAT_VERSION = 1
+KEY = "ridgefill.{}"
+MAP_WEIGHT = "blk.{}.ridge_map.weight"
+MAP_BIAS = "blk.{}.ridge_map.bias"
+MAP_TYPES = {"f32": np.float32, "f16": np.float16}
+
+
+class PackError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Runtime defaults recorded in the GGUF; llama-server and the bindings can override them."""
+
+    sink_rows: int = 4
+    tail_rows: int = 1024
+
+
+class _Reader(gguf.GGUFReader):
+    """GGUFReader over a plain ndarray view of its memmap: numpy.memmap's per-slice
+    bookkeeping makes parsing a 50K-entry vocabulary about 4x slower otherwise."""
+
+    @property
+    def data(self):
+        return self._data
+
+    @data.setter
+    def data(self, value):
+        self._data = value.view(np.ndarray)
+
+
+def identity_of(path: str | os.PathLike, reader: gguf.GGUFReader | None = None) -> ModelIdentity:
+    """Model identity of a GGUF: arch, layer count, width and file sha256."""
+    reader = reader or open_gguf(path)
+    arch = _field(reader, "general.architecture")
+    if arch is None:
+        raise PackError(f"{path}: no general.architecture key")
+    n_layer = _field(reader, f"{arch}.block_count")
+    n_embd = _field(reader, f"{arch}.embedding_length")
+    if n_layer is None or n_embd is None:
+        raise PackError(f"{path}: missing {arch}.block_count or {arch}.embedding_length")
+    return ModelIdentity(arch, int(n_layer), int(n_embd), sha256_file(Path(path)))
+
+
+def open_gguf(path: str | os.PathLike) -> gguf.GGUFReader:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"GGUF not found: {path}")
+    try:
+        return _Reader(path)
+    except Exception as err:  # the reader raises ValueError, struct.error, IndexError... on bad files
+        raise PackError(f"{path} is not a readable GGUF file: {err}") from None
+
+
+def _field(reader: gguf.GGUFReader, key: str):
+    f = reader.get_field(key)
+    if f is None:
+        return None
+    return f.contents()
+
+
+def has_maps(reader: gguf.GGUFReader) -> bool:
+    return any(t.name.endswith(".ridge_map.weight") for t in reader.tensors) or any(
+        k.startswith("ridgefill.") for k in reader.fields)
+
+
+def pack(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, provenance: Provenance,
+         out: str | os.PathLike, map_type: str = "f16", defaults: Defaults = Defaults()) -> Path:
+    base, out = Path(base), Path(out)
+    if map_type not in MAP_TYPES:
+        raise PackError(f"map type must be one of {', '.join(MAP_TYPES)}, not {map_type!r}")
+    if out.resolve() == base.resolve() or (out.exists() and out.samefile(base)):
+        raise PackError(f"refusing to write the augmented GGUF over its base {base}")
+    reader = open_gguf(base)
+    if has_maps(reader):
+        raise PackError(f"{base} already carries RidgeFill maps; pack from the original model")
+    actual = identity_of(base, reader)
+    bad = identity.mismatch(actual)
+    if bad:
+        raise PackError(f"maps were fitted for a different model than {base}: " + "; ".join(bad))
+    d = identity.n_embd
+    if maps.weights.shape != (len(maps.layers), d, d) or maps.biases.shape != (len(maps.layers), d):
+        raise PackError(f"map shapes {maps.weights.shape}/{maps.biases.shape} do not fit n_embd={d}")
+    if maps.layers != list(range(maps.split + 1, identity.n_layer)):
+        raise PackError(f"maps cover layers {maps.layers}, expected {maps.split + 1}..{identity.n_layer - 1}")
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".part")
+    os.close(fd)
+    try:
+        _write(reader, maps, identity, provenance, Path(tmp), MAP_TYPES[map_type], defaults)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def _write(reader, maps: Maps, identity: ModelIdentity, provenance: Provenance, path: Path, dtype, defaults: Defaults):
+    writer = gguf.GGUFWriter(path, arch=identity.arch, endianess=reader.endianess)
+    alignment = _field(reader, gguf.Keys.General.ALIGNMENT)
+    if alignment is not None:
+        writer.data_alignment = int(alignment)
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue  # written by GGUFWriter itself / virtual
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+    _add_metadata(writer, maps, identity, provenance, defaults)
+
+    for t in reader.tensors:
+        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    new = []
+    for j, layer in enumerate(maps.layers):
+        w = np.ascontiguousarray(maps.weights[j].astype(dtype))  # (d_out, d_in) -> ggml ne = {d_in, d_out}
+        b = np.ascontiguousarray(maps.biases[j].astype(np.float32))
+        for name, arr in ((MAP_WEIGHT.format(layer), w), (MAP_BIAS.format(layer), b)):
+            writer.add_tensor_info(name, arr.shape, arr.dtype, arr.nbytes)
+            new.append(arr)
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in reader.tensors:
+        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    for arr in new:
+        writer.write_tensor_data(arr)
+    writer.close()
+
+
+def _add_metadata(writer, maps: Maps, identity: ModelIdentity, provenance: Provenance, defaults: Defaults):
+    writer.add_uint32(KEY.format("format_version"), FORMAT_VERSION)
+    writer.add_uint32(KEY.format("split_layer"), maps.split)
+    writer.add_uint32(KEY.format("sink_rows"), defaults.sink_rows)
+    writer.add_uint32(KEY.format("tail_rows"), defaults.tail_rows)
+    writer.add_array(KEY.format("lambda"), [float(f.lam) for f in maps.fits])
+    writer.add_array(KEY.format("heldout_r2"), [float(f.r2_ridge) for f in maps.fits])
+    writer.add_array(KEY.format("heldout_r2_identity"), [float(f.r2_identity) for f in maps.fits])
+    writer.add_uint64(KEY.format("calib_tokens"), int(provenance.n_tokens))
+    writer.add_string(KEY.format("corpus_hash"), provenance.corpus_hash)
+    writer.add_string(KEY.format("base_sha256"), identity.base_sha256)
+
+
+def inspect(path: str | os.PathLike) -> dict:
+    """RidgeFill metadata and map tensors of an augmented GGUF."""
+    reader = open_gguf(path)
+    if not has_maps(reader):
+        raise PackError(f"{path} carries no RidgeFill maps")
+    meta = {k[len("ridgefill."):]: _plain(reader.fields[k].contents()) for k in reader.fields if k.startswith("ridgefill.")}
+    tensors = {t.name: t for t in reader.tensors}
+    split = int(meta["split_layer"])
+    layers, total = [], 0
+    for j, layer in enumerate(range(split + 1, split + 1 + len(meta.get("lambda", [])))):
+        w = tensors.get(MAP_WEIGHT.format(layer))
+        b = tensors.get(MAP_BIAS.format(layer))
+        nbytes = (w.n_bytes if w else 0) + (b.n_bytes if b else 0)
+        total += nbytes
+        layers.append({
+            "layer": layer,
+            "lambda": meta["lambda"][j],
+            "r2_ridge": meta["heldout_r2"][j],
+            "r2_identity": meta["heldout_r2_identity"][j],
+            "type": w.tensor_type.name if w else None,
+            "shape": [int(x) for x in w.shape] if w else None,
+            "bias": b is not None,
+            "bytes": nbytes,
+        })
+    return {"path": str(path), "metadata": meta, "layers": layers, "map_bytes": total}
+
+
+def read_maps(path: str | os.PathLike) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """{layer: (W, b)} as float32 numpy, W in (d_out, d_in) orientation."""
+    reader = open_gguf(path)
+    tensors = {t.name: t for t in reader.tensors}
+    out = {}
+    for name, t in tensors.items():
+        if name.endswith(".ridge_map.weight"):
+            layer = int(name.split(".")[1])
+            b = tensors.get(MAP_BIAS.format(layer))
+            # the reader gives numpy order: ggml ne = {d_in, d_out} -> shape (d_out, d_in)
+            bias = np.asarray(b.data, dtype=np.float32) if b is not None else np.zeros(t.data.shape[0], np.float32)
+            out[layer] = (np.asarray(t.data, dtype=np.float32), bias)
+    if not out:
+        raise PackError(f"{path} carries no RidgeFill maps")
+    return out
+
+
+def _plain(v):
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v

@@ -1,0 +1,58 @@
+"""The fit pipeline: corpus -> statistics -> maps -> augmented GGUF, with progress."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import corpus, pack, ridge
+from .calibrate import CaptureConfig, capture_llama, check_arch, check_split
+from .stats import CalibrationStats, merge_files
+
+
+def documents(paths: list[str] | None) -> list[corpus.Document]:
+    return corpus.from_paths(paths) if paths else corpus.default_calibration()
+
+
+def calibrate(base: str | os.PathLike, cfg: CaptureConfig, corpus_paths: list[str] | None = None,
+              backend: str = "llama", hf_path: str | None = None, show_progress: bool = True) -> CalibrationStats:
+    from tqdm import tqdm
+
+    identity = pack.identity_of(base)
+    check_arch(identity)
+    check_split(identity, cfg.split)
+    docs = documents(corpus_paths)
+    with tqdm(total=cfg.tokens, unit="tok", desc=f"calibrate ({backend})", disable=not show_progress) as bar:
+        if backend == "llama":
+            stats = capture_llama(base, docs, cfg, identity, progress=bar.update)
+        elif backend == "hf":
+            stats = _capture_hf(base, hf_path, docs, cfg, identity, bar.update)
+        else:
+            raise ValueError(f"unknown capture backend {backend!r} (llama, hf)")
+    return stats
+
+
+def _capture_hf(base, hf_path, docs, cfg, identity, progress):
+    from .calibrate_hf import capture_hf, load_hf
+    from .runtime import Model
+
+    tok_model = Model(base)  # the GGUF's tokenizer, so both backends see the same rows
+    if hf_path is None:  # transformers dequantizes the GGUF itself
+        model = load_hf(str(Path(base).parent), gguf_file=Path(base).name)
+    else:
+        model = load_hf(hf_path)
+    return capture_hf(model, tok_model.tokenize, tok_model.bos if tok_model.add_bos else None, docs, cfg, identity, progress=progress)
+
+
+def load_stats(paths: list[str]) -> CalibrationStats:
+    return merge_files(paths)
+
+
+def fit_and_pack(base, stats: CalibrationStats, out, map_type: str = "f16",
+                 defaults: pack.Defaults = pack.Defaults(), maps_out=None) -> ridge.Maps:
+    maps = ridge.fit(stats)
+    if maps_out:
+        ridge.save_maps(maps_out, maps, stats.identity, stats.provenance)
+    if out:
+        pack.pack(base, maps, stats.identity, stats.provenance, out, map_type=map_type, defaults=defaults)
+    return maps

@@ -1,0 +1,105 @@
+"""Run the patched llama-server as a child process on loopback and talk to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+class ServerError(RuntimeError):
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+def tool_path(name: str) -> Path:
+    """A fork binary: next to the running interpreter (the venv), else on PATH."""
+    here = Path(sys.executable).parent / name
+    if here.exists():
+        return here
+    found = shutil.which(name)
+    if not found:
+        raise ServerError(f"{name} not found; run `make setup`")
+    return Path(found)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer:
+    """`with LlamaServer(model, args) as srv: srv.post("/completion", {...})`"""
+
+    def __init__(self, model: str | os.PathLike, extra_args: list[str] = (), ctx: int = 8192, threads: int | None = None,
+                 log: str | os.PathLike | None = None, startup_timeout: float = 120.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = [str(tool_path("llama-server")), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
+                     "-c", str(ctx), "-np", "1", "-t", str(threads or os.cpu_count() or 1), *extra_args]
+        self.log_path = Path(log) if log else None
+        self.startup_timeout = startup_timeout
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "LlamaServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        out = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerError(f"llama-server exited with code {self.proc.returncode} during startup{self._log_hint()}")
+            try:
+                if self.get("/health").get("status") == "ok":
+                    return
+            except (urllib.error.URLError, ConnectionError, OSError, ServerError):
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise ServerError(f"llama-server did not become healthy in {self.startup_timeout:.0f} s{self._log_hint()}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _log_hint(self) -> str:
+        return f" (log: {self.log_path})" if self.log_path else ""
+
+    def get(self, path: str) -> dict:
+        return self._request(urllib.request.Request(self.url + path))
+
+    def post(self, path: str, body: dict, timeout: float = 600.0) -> dict:
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        return self._request(req, timeout)
+
+    def _request(self, req, timeout: float = 10.0) -> dict:
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            body = err.read().decode("utf-8", "replace")
+            raise ServerError(f"HTTP {err.code} from {req.full_url}: {body}", status=err.code) from None

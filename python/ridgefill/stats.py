@@ -1,0 +1,204 @@
+"""Sufficient statistics for the ridge maps, streamed in float64.
+
+For the split layer's state x = h_s and each late layer's input y_l = h_l (l > s):
+n, Σx, Σy_l, XᵀX, XᵀY_l and Σ‖y_l‖². Activations are never stored; statistics from
+several runs add up (sharded calibration), provided they describe the same model,
+split and layers. A second, disjoint set (held-out documents) selects λ.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .fetch import atomic_write_from
+
+FORMAT = "ridgefill-stats/1"
+
+
+class StatsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    arch: str
+    n_layer: int
+    n_embd: int
+    base_sha256: str  # sha256 of the base GGUF file
+
+    def mismatch(self, other: "ModelIdentity") -> list[str]:
+        return [f"{k}: {a!r} != {b!r}" for k, a, b in ((k, getattr(self, k), getattr(other, k)) for k in asdict(self)) if a != b]
+
+
+@dataclass
+class Provenance:
+    documents: list[str] = field(default_factory=list)
+    n_tokens: int = 0
+    corpus_hash: str = ""
+    sinks: int = 0
+    window: int = 0
+    backend: str = ""
+
+    def merged(self, other: "Provenance") -> "Provenance":
+        return Provenance(
+            documents=self.documents + other.documents,
+            n_tokens=self.n_tokens + other.n_tokens,
+            corpus_hash=",".join(h for h in (self.corpus_hash, other.corpus_hash) if h),
+            sinks=self.sinks,
+            window=self.window,
+            backend=self.backend if self.backend == other.backend else f"{self.backend}+{other.backend}",
+        )
+
+
+class Moments:
+    """Streaming float64 moments of (x, y_1..y_m) rows."""
+
+    def __init__(self, d: int, m: int):
+        self.n = 0
+        self.sum_x = np.zeros(d)
+        self.sum_y = np.zeros((m, d))
+        self.xtx = np.zeros((d, d))
+        self.xty = np.zeros((m, d, d))
+        self.yy = np.zeros(m)
+
+    @property
+    def d(self) -> int:
+        return self.sum_x.shape[0]
+
+    @property
+    def m(self) -> int:
+        return self.sum_y.shape[0]
+
+    def update(self, x: np.ndarray, ys: list[np.ndarray]) -> None:
+        if len(ys) != self.m:
+            raise StatsError(f"expected {self.m} target layers, got {len(ys)}")
+        if len(x) == 0:
+            return
+        x64 = np.asarray(x, dtype=np.float64)
+        self.n += len(x64)
+        self.sum_x += x64.sum(0)
+        self.xtx += x64.T @ x64
+        for j, y in enumerate(ys):
+            if y.shape != x.shape:
+                raise StatsError(f"target {j} has shape {y.shape}, x has {x.shape}")
+            y64 = np.asarray(y, dtype=np.float64)
+            self.sum_y[j] += y64.sum(0)
+            self.xty[j] += x64.T @ y64
+            self.yy[j] += np.einsum("ij,ij->", y64, y64)
+
+    def __iadd__(self, other: "Moments") -> "Moments":
+        if (other.d, other.m) != (self.d, self.m):
+            raise StatsError(f"cannot add moments of shape (d={other.d}, m={other.m}) to (d={self.d}, m={self.m})")
+        self.n += other.n
+        self.sum_x += other.sum_x
+        self.sum_y += other.sum_y
+        self.xtx += other.xtx
+        self.xty += other.xty
+        self.yy += other.yy
+        return self
+
+    def arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        return {f"{prefix}{k}": np.asarray(getattr(self, k)) for k in ("n", "sum_x", "sum_y", "xtx", "xty", "yy")}
+
+    @classmethod
+    def from_arrays(cls, data, prefix: str) -> "Moments":
+        m = cls.__new__(cls)
+        m.n = int(data[f"{prefix}n"])
+        for k in ("sum_x", "sum_y", "xtx", "xty", "yy"):
+            setattr(m, k, np.array(data[f"{prefix}{k}"], dtype=np.float64))
+        return m
+
+    def nonfinite_targets(self) -> list[int]:
+        """Indices j whose statistics hold NaN/Inf (x's own moments count against every j)."""
+        x_bad = not (np.isfinite(self.sum_x).all() and np.isfinite(self.xtx).all())
+        return [j for j in range(self.m)
+                if x_bad or not (np.isfinite(self.sum_y[j]).all() and np.isfinite(self.xty[j]).all() and np.isfinite(self.yy[j]))]
+
+
+class CalibrationStats:
+    """Training and held-out moments for maps from layer `split` to each later layer."""
+
+    def __init__(self, identity: ModelIdentity, split: int, provenance: Provenance | None = None):
+        if not 1 <= split < identity.n_layer - 1:
+            raise StatsError(f"split {split} out of range: need 1 <= split < n_layer-1 = {identity.n_layer - 1}")
+        self.identity = identity
+        self.split = split
+        self.layers = list(range(split + 1, identity.n_layer))
+        self.provenance = provenance or Provenance()
+        self.heldout_provenance = Provenance()
+        d, m = identity.n_embd, len(self.layers)
+        self.train = Moments(d, m)
+        self.heldout = Moments(d, m)
+
+    def merge(self, other: "CalibrationStats") -> None:
+        bad = self.identity.mismatch(other.identity)
+        if bad:
+            raise StatsError("statistics are for different models: " + "; ".join(bad))
+        if other.split != self.split:
+            raise StatsError(f"statistics are for different splits: {self.split} and {other.split}")
+        if other.provenance.sinks != self.provenance.sinks:
+            raise StatsError(f"statistics exclude different sink rows: {self.provenance.sinks} and {other.provenance.sinks}")
+        self.train += other.train
+        self.heldout += other.heldout
+        self.provenance = self.provenance.merged(other.provenance)
+        self.heldout_provenance = self.heldout_provenance.merged(other.heldout_provenance)
+
+    def check_finite(self) -> None:
+        for name, mom in (("training", self.train), ("held-out", self.heldout)):
+            bad = mom.nonfinite_targets()
+            if bad:
+                layers = ", ".join(str(self.layers[j]) for j in bad)
+                raise StatsError(f"non-finite {name} statistics for layer(s) {layers}: the model produced NaN/Inf activations")
+
+    def meta(self) -> dict:
+        return {
+            "format": FORMAT,
+            "identity": asdict(self.identity),
+            "split": self.split,
+            "layers": self.layers,
+            "provenance": asdict(self.provenance),
+            "heldout_provenance": asdict(self.heldout_provenance),
+        }
+
+    def save(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        arrays = {**self.train.arrays("train_"), **self.heldout.arrays("heldout_")}
+        arrays["meta"] = np.array(json.dumps(self.meta()))
+
+        def write(f):
+            np.savez(f, **arrays)
+
+        atomic_write_from(path, write)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "CalibrationStats":
+        path = Path(path)
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                meta = json.loads(str(data["meta"]))
+                if meta.get("format") != FORMAT:
+                    raise StatsError(f"{path}: not a {FORMAT} file (format {meta.get('format')!r})")
+                st = cls(ModelIdentity(**meta["identity"]), int(meta["split"]), Provenance(**meta["provenance"]))
+                st.heldout_provenance = Provenance(**meta["heldout_provenance"])
+                st.train = Moments.from_arrays(data, "train_")
+                st.heldout = Moments.from_arrays(data, "heldout_")
+        except (OSError, KeyError, ValueError, EOFError) as err:
+            if isinstance(err, StatsError):
+                raise
+            raise StatsError(f"cannot read statistics from {path}: {err}") from None
+        return st
+
+
+def merge_files(paths: list[str | os.PathLike]) -> CalibrationStats:
+    if not paths:
+        raise StatsError("no statistics files given")
+    total = CalibrationStats.load(paths[0])
+    for p in paths[1:]:
+        total.merge(CalibrationStats.load(p))
+    return total

@@ -1,0 +1,114 @@
+"""Calibration capture -> ridge fit -> augmented GGUF on the real SmolLM2 GGUF."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ridgefill import pack, pipeline, ridge
+from ridgefill.calibrate import CalibrationError, CaptureConfig, windows
+from ridgefill.corpus import CorpusError, from_paths
+
+SPLIT = 22
+TOKENS = 4096
+
+
+def test_windows_start_with_bos_and_respect_budget():
+    toks = np.arange(1, 5001, dtype=np.int32)
+    ws = list(windows(toks, bos=0, window=1024, budget=2500, min_len=20))
+    assert all(w[0] == 0 for w in ws)
+    assert sum(len(w) for w in ws) <= 2500
+    assert [len(w) for w in ws][:2] == [1024, 1024]
+    # windows continue the document without gaps or overlaps
+    body = np.concatenate([w[1:] for w in ws])
+    np.testing.assert_array_equal(body, toks[: len(body)])
+
+
+def test_corpus_errors(tmp_path):
+    with pytest.raises(CorpusError, match="does not exist"):
+        from_paths([tmp_path / "nope"])
+    (tmp_path / "empty.txt").write_text("   \n")
+    with pytest.raises(CorpusError, match="empty"):
+        from_paths([tmp_path / "empty.txt"])
+    (tmp_path / "bin.txt").write_bytes(b"\xff\xfe\x00\x81")
+    with pytest.raises(CorpusError, match="cannot read"):
+        from_paths([tmp_path / "bin.txt"])
+    (tmp_path / "d").mkdir()
+    with pytest.raises(CorpusError, match="no text files"):
+        from_paths([tmp_path / "d"])
+
+
+@pytest.mark.slow
+def test_split_out_of_range(smollm2_path):
+    for bad in (0, 29, 30):
+        with pytest.raises(CalibrationError, match="out of range"):
+            pipeline.calibrate(smollm2_path, CaptureConfig(split=bad, tokens=1024), show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def llama_stats(smollm2_path):
+    cfg = CaptureConfig(split=SPLIT, tokens=TOKENS, window=512, n_batch=256, threads=2)
+    return pipeline.calibrate(smollm2_path, cfg, show_progress=False)
+
+
+@pytest.mark.slow
+def test_llama_capture_fits_better_than_identity(llama_stats):
+    st = llama_stats
+    assert st.layers == list(range(SPLIT + 1, 30))
+    assert st.train.n > 0 and st.heldout.n > 0
+    # sink rows are excluded: every window of `window` rows contributes window - sinks rows
+    assert st.provenance.n_tokens + st.heldout_provenance.n_tokens <= TOKENS
+    assert not set(st.provenance.documents) & set(st.heldout_provenance.documents)
+    maps = ridge.fit(st)
+    print(ridge.report(maps))
+    for f in maps.fits:
+        assert f.r2_ridge > f.r2_identity, f"layer {f.layer}: ridge {f.r2_ridge:.3f} <= identity {f.r2_identity:.3f}"
+        assert 0.0 < f.r2_ridge < 1.0
+
+
+@pytest.mark.slow
+def test_fit_cli_end_to_end(smollm2_path, llama_stats, tmp_path):
+    stats_file = llama_stats.save(tmp_path / "s.npz")
+    out = tmp_path / "aug.gguf"
+    maps_file = tmp_path / "maps.npz"
+    r = subprocess.run([sys.executable, "-m", "ridgefill", "fit", str(smollm2_path), "--stats", str(stats_file),
+                        "--maps-out", str(maps_file), "-o", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "R² ridge" in r.stdout
+    info = json.loads(subprocess.run([sys.executable, "-m", "ridgefill", "inspect", str(out), "--json"],
+                                     capture_output=True, text=True, check=True).stdout)
+    assert [l["layer"] for l in info["layers"]] == list(range(SPLIT + 1, 30))
+    assert all(l["r2_ridge"] > l["r2_identity"] for l in info["layers"])
+    assert info["metadata"]["split_layer"] == SPLIT
+    # the convert entry point packs the saved maps into the same tensors
+    out2 = tmp_path / "aug2.gguf"
+    r = subprocess.run([sys.executable, "convert/ridgefill_convert.py", str(smollm2_path), "--maps", str(maps_file),
+                        "-o", str(out2)], capture_output=True, text=True, timeout=600, cwd=pack.__file__.rsplit("/python/", 1)[0])
+    assert r.returncode == 0, r.stderr
+    a, b = pack.read_maps(out), pack.read_maps(out2)
+    for layer in a:
+        np.testing.assert_array_equal(a[layer][0], b[layer][0])
+
+
+@pytest.mark.slow
+def test_merged_stats_are_the_sum(llama_stats, tmp_path):
+    p = llama_stats.save(tmp_path / "a.npz")
+    merged = pipeline.load_stats([p, p])
+    assert merged.train.n == 2 * llama_stats.train.n
+    np.testing.assert_allclose(merged.train.xtx, 2 * llama_stats.train.xtx)
+
+
+@pytest.mark.slow
+@pytest.mark.hf
+def test_hf_backend_agrees_with_llama_backend(smollm2_path, llama_stats):
+    pytest.importorskip("transformers")
+    cfg = CaptureConfig(split=SPLIT, tokens=TOKENS, window=512, n_batch=256, threads=2)
+    hf_stats = pipeline.calibrate(smollm2_path, cfg, backend="hf", show_progress=False)
+    assert hf_stats.provenance.documents == llama_stats.provenance.documents
+    assert hf_stats.train.n == llama_stats.train.n
+    a, b = ridge.fit(llama_stats), ridge.fit(hf_stats)
+    diffs = [abs(fa.r2_ridge - fb.r2_ridge) for fa, fb in zip(a.fits, b.fits)]
+    print("held-out R² llama vs hf:", [(f.layer, round(fa.r2_ridge, 4), round(fb.r2_ridge, 4)) for f, fa, fb in zip(a.fits, a.fits, b.fits)])
+    assert max(diffs) < 0.03

@@ -1,0 +1,132 @@
+"""Augmented GGUF: base bytes untouched, maps read back exactly, in the right orientation."""
+
+import gguf
+import numpy as np
+import pytest
+
+from ridgefill import pack
+from ridgefill.ridge import LayerFit, Maps
+from ridgefill.stats import Provenance
+
+pytestmark = pytest.mark.slow
+
+SPLIT = 26  # small map set (layers 27..29) keeps the file writes quick
+
+
+def _maps(identity, seed=0):
+    rng = np.random.default_rng(seed)
+    layers = list(range(SPLIT + 1, identity.n_layer))
+    d = identity.n_embd
+    w = rng.normal(size=(len(layers), d, d)).astype(np.float32)
+    w[:, 0, 1], w[:, 1, 0] = 5.0, -5.0  # plainly not symmetric
+    b = rng.normal(size=(len(layers), d)).astype(np.float32)
+    fits = [LayerFit(l, 0.1 * l, 1e-3, 0.9, 0.5, 0.3, 0.7) for l in layers]
+    return Maps(SPLIT, layers, w, b, fits)
+
+
+@pytest.fixture(scope="module")
+def identity(smollm2_path):
+    return pack.identity_of(smollm2_path)
+
+
+@pytest.fixture(scope="module")
+def packed(smollm2_path, identity, tmp_path_factory):
+    maps = _maps(identity)
+    out = tmp_path_factory.mktemp("pack") / "aug.gguf"
+    prov = Provenance(documents=["a", "b"], n_tokens=1234, corpus_hash="c" * 64, sinks=4)
+    pack.pack(smollm2_path, maps, identity, prov, out, map_type="f32", defaults=pack.Defaults(4, 512))
+    return out, maps
+
+
+def test_base_tensors_and_keys_are_byte_identical(smollm2_path, packed):
+    out, _ = packed
+    base, aug = pack.open_gguf(smollm2_path), pack.open_gguf(out)
+    aug_t = {t.name: t for t in aug.tensors}
+    for t in base.tensors:
+        a = aug_t[t.name]
+        assert a.tensor_type == t.tensor_type and list(a.shape) == list(t.shape)
+        assert a.data.tobytes() == t.data.tobytes(), t.name
+    for name, f in base.fields.items():
+        if name.startswith("GGUF."):
+            continue
+        g = aug.fields[name]
+        assert g.types == f.types, name
+        assert [p.tobytes() for p in g.parts[g.data[0]:]] == [p.tobytes() for p in f.parts[f.data[0]:]] or g.contents() == f.contents(), name
+
+
+def test_maps_read_back_exactly_in_pytorch_orientation(packed):
+    out, maps = packed
+    reader = pack.open_gguf(out)
+    tensors = {t.name: t for t in reader.tensors}
+    d = maps.weights.shape[1]
+    back = pack.read_maps(out)
+    assert sorted(back) == maps.layers
+    for j, layer in enumerate(maps.layers):
+        t = tensors[f"blk.{layer}.ridge_map.weight"]
+        assert [int(x) for x in t.shape] == [d, d]
+        w, b = back[layer]
+        np.testing.assert_array_equal(w, maps.weights[j])
+        np.testing.assert_array_equal(b, maps.biases[j])
+        # ggml ne[0] is the input dimension: row r of the data is output r
+        assert w[0, 1] == 5.0 and w[1, 0] == -5.0
+
+
+def test_metadata_and_inspect(packed, identity):
+    out, maps = packed
+    info = pack.inspect(out)
+    meta = info["metadata"]
+    assert meta["split_layer"] == SPLIT and meta["sink_rows"] == 4 and meta["tail_rows"] == 512
+    assert meta["format_version"] == pack.FORMAT_VERSION
+    assert meta["calib_tokens"] == 1234 and meta["base_sha256"] == identity.base_sha256
+    assert [r["layer"] for r in info["layers"]] == maps.layers
+    assert info["layers"][0]["lambda"] == pytest.approx(0.1 * (SPLIT + 1))
+    assert info["map_bytes"] == len(maps.layers) * (identity.n_embd ** 2 + identity.n_embd) * 4
+
+
+def test_f16_maps(smollm2_path, identity, tmp_path):
+    maps = _maps(identity, seed=1)
+    out = pack.pack(smollm2_path, maps, identity, Provenance(), tmp_path / "h.gguf", map_type="f16")
+    w, _ = pack.read_maps(out)[maps.layers[0]]
+    np.testing.assert_array_equal(w, maps.weights[0].astype(np.float16).astype(np.float32))
+    assert pack.inspect(out)["layers"][0]["type"] == "F16"
+
+
+def test_refuses_to_overwrite_base(smollm2_path, identity):
+    with pytest.raises(pack.PackError, match="over its base"):
+        pack.pack(smollm2_path, _maps(identity), identity, Provenance(), smollm2_path)
+
+
+def test_refuses_maps_of_another_model(smollm2_path, identity, tmp_path):
+    other = type(identity)(identity.arch, identity.n_layer, identity.n_embd, "f" * 64)
+    with pytest.raises(pack.PackError, match="different model.*base_sha256"):
+        pack.pack(smollm2_path, _maps(identity), other, Provenance(), tmp_path / "x.gguf")
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_refuses_to_augment_an_augmented_file(packed, tmp_path):
+    out, maps = packed
+    ident = pack.identity_of(out)
+    with pytest.raises(pack.PackError, match="already carries"):
+        pack.pack(out, maps, ident, Provenance(), tmp_path / "y.gguf")
+
+
+def test_interrupted_write_leaves_nothing(smollm2_path, identity, tmp_path, monkeypatch):
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pack.gguf.GGUFWriter, "write_tensor_data", boom)
+    with pytest.raises(KeyboardInterrupt):
+        pack.pack(smollm2_path, _maps(identity), identity, Provenance(), tmp_path / "z.gguf")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_truncated_gguf_is_a_clear_error(smollm2_path, tmp_path):
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(smollm2_path.read_bytes()[: 1 << 16])
+    with pytest.raises(pack.PackError, match="not a readable GGUF"):
+        pack.identity_of(cut)
+
+
+def test_inspect_plain_gguf_says_no_maps(smollm2_path):
+    with pytest.raises(pack.PackError, match="no RidgeFill maps"):
+        pack.inspect(smollm2_path)

@@ -1,0 +1,135 @@
+"""Closed-form ridge from streamed statistics, against direct numpy computation."""
+
+import numpy as np
+import pytest
+
+from ridgefill import ridge
+from ridgefill.stats import CalibrationStats, ModelIdentity, Moments, Provenance, StatsError
+
+D = 12
+
+
+def _identity(n_layer=6, d=D):
+    return ModelIdentity("llama", n_layer, d, "0" * 64)
+
+
+def _x(rng, n):
+    return (rng.normal(size=(n, D)) * np.linspace(0.2, 3.0, D) + 1.5).astype(np.float32)
+
+
+def _stats(rng, n_train=3000, n_ho=1000):
+    """Layer 4: y = W x + b + noise (W not symmetric); layer 5: y = x exactly."""
+    st = CalibrationStats(_identity(), split=3, provenance=Provenance(sinks=4))
+    w_true = rng.normal(size=(D, D)) / np.sqrt(D)
+    b_true = rng.normal(size=D)
+    for mom, n in ((st.train, n_train), (st.heldout, n_ho)):
+        for _ in range(3):  # streamed in batches
+            x = _x(rng, n // 3)
+            y4 = x @ w_true.T + b_true + 0.05 * rng.normal(size=x.shape)
+            mom.update(x, [y4.astype(np.float32), x.copy()])
+    return st, [w_true, np.eye(D)], [b_true, np.zeros(D)]
+
+
+def test_moments_match_direct_sums():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(50, D)).astype(np.float32)
+    y = rng.normal(size=(50, D)).astype(np.float32)
+    m = Moments(D, 1)
+    m.update(x[:20], [y[:20]])
+    m.update(x[20:], [y[20:]])
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    np.testing.assert_allclose(m.xtx, x64.T @ x64, rtol=1e-12)
+    np.testing.assert_allclose(m.xty[0], x64.T @ y64, rtol=1e-12)
+    np.testing.assert_allclose(m.yy[0], (y64 ** 2).sum(), rtol=1e-12)
+    assert m.n == 50
+
+
+def test_fit_recovers_map_and_orientation():
+    rng = np.random.default_rng(1)
+    st, w_true, b_true = _stats(rng)
+    maps = ridge.fit(st)
+    assert maps.layers == [4, 5]
+    w = maps.weights[0].astype(np.float64)
+    assert np.abs(w - w_true[0]).max() < 0.05
+    # a transposed map would be far off: the test catches orientation
+    assert np.abs(w.T - w_true[0]).max() > 0.3
+    np.testing.assert_allclose(maps.biases[0], b_true[0], atol=0.1)
+    f0, f1 = maps.fits
+    assert f0.r2_ridge > 0.99 and f0.r2_ridge > f0.r2_identity
+    # layer 5 is y = x exactly: identity is perfect, ridge (small λ) nearly so
+    assert f1.r2_identity == pytest.approx(1.0, abs=1e-9)
+    assert f1.r2_ridge > 0.999
+
+
+def test_grid_sse_matches_direct_formula_and_numpy():
+    rng = np.random.default_rng(2)
+    st, _, _ = _stats(rng)
+    eig = ridge._Eig(st.train)
+    a, mu_y = eig.a_matrix(st.train, 0)
+    lams = [1e-3 * eig.scale, 0.1 * eig.scale, 3.0 * eig.scale]
+    fast = ridge.grid_sse(eig, a, mu_y, st.heldout, 0, lams)
+    for lam, f in zip(lams, fast):
+        w, b = eig.solve(a, mu_y, lam)
+        assert f == pytest.approx(ridge.heldout_sse(w, b, st.heldout, 0), rel=1e-9)
+
+
+def test_closed_form_equals_explicit_ridge():
+    """W from the eigendecomposition = solve((Cxx + λI), Cxy) computed directly."""
+    rng = np.random.default_rng(3)
+    st, _, _ = _stats(rng)
+    tr = st.train
+    eig = ridge._Eig(tr)
+    a, mu_y = eig.a_matrix(tr, 0)
+    lam = 0.05 * eig.scale
+    w, b = eig.solve(a, mu_y, lam)
+    mu_x = tr.sum_x / tr.n
+    cxx = tr.xtx / tr.n - np.outer(mu_x, mu_x)
+    cxy = tr.xty[0] / tr.n - np.outer(mu_x, mu_y)
+    w_ref = np.linalg.solve(cxx + lam * np.eye(D), cxy).T
+    np.testing.assert_allclose(w, w_ref, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(b, mu_y - w_ref @ mu_x, rtol=1e-8, atol=1e-10)
+
+
+def test_stats_save_load_merge(tmp_path):
+    rng = np.random.default_rng(4)
+    a, _, _ = _stats(rng)
+    b, _, _ = _stats(rng)
+    pa, pb = a.save(tmp_path / "a.npz"), b.save(tmp_path / "b.npz")
+    la = CalibrationStats.load(pa)
+    la.merge(CalibrationStats.load(pb))
+    assert la.train.n == a.train.n + b.train.n
+    np.testing.assert_allclose(la.train.xty, a.train.xty + b.train.xty)
+    assert la.provenance.sinks == 4
+
+
+def test_merge_refuses_other_model(tmp_path):
+    a = CalibrationStats(_identity(), 3)
+    b = CalibrationStats(ModelIdentity("llama", 6, D, "1" * 64), 3)
+    with pytest.raises(StatsError, match="different models"):
+        a.merge(b)
+    with pytest.raises(StatsError, match="different splits"):
+        a.merge(CalibrationStats(_identity(), 2))
+
+
+def test_nonfinite_statistics_name_the_layer():
+    st = CalibrationStats(_identity(), 3)
+    x = np.ones((4, D), np.float32)
+    y_bad = np.full((4, D), np.nan, np.float32)
+    st.train.update(x, [x, y_bad])
+    st.heldout.update(x, [x, x])
+    with pytest.raises(StatsError, match="layer\\(s\\) 5"):
+        ridge.fit(st)
+
+
+def test_split_out_of_range():
+    with pytest.raises(StatsError, match="out of range"):
+        CalibrationStats(_identity(), 5)
+    with pytest.raises(StatsError, match="out of range"):
+        CalibrationStats(_identity(), 0)
+
+
+def test_load_rejects_garbage(tmp_path):
+    p = tmp_path / "x.npz"
+    p.write_bytes(b"not a zip")
+    with pytest.raises(StatsError, match="cannot read"):
+        CalibrationStats.load(p)
