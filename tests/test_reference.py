@@ -54,7 +54,7 @@ def test_captured_layer_inputs_match_transformers(smollm2, smollm2_path, sample_
     transformers = pytest.importorskip("transformers")
 
     hf = transformers.AutoModelForCausalLM.from_pretrained(
-        str(smollm2_path.parent), gguf_file=smollm2_path.name, torch_dtype=torch.float32
+        str(smollm2_path.parent), gguf_file=smollm2_path.name, dtype=torch.float32
     ).eval()
     toks = smollm2.tokenize(sample_text[:3000])[:64]
     with torch.no_grad():

@@ -22,7 +22,7 @@ def load_hf(path: str, gguf_file: str | None = None, dtype: str = "float32"):
     import transformers
 
     kw = {"gguf_file": gguf_file} if gguf_file else {}
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=getattr(torch, dtype), **kw)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), **kw)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return model.to(device).eval()
 
