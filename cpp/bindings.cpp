@@ -77,6 +77,13 @@ ggml_type parse_cache_type(const std::string & name) {
     throw py::value_error("unknown KV cache type '" + name + "' (use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1)");
 }
 
+llama_rf_mode parse_rf_mode(const std::string & v) {
+    if (v == "exact")    return LLAMA_RF_MODE_EXACT;
+    if (v == "identity") return LLAMA_RF_MODE_IDENTITY;
+    if (v == "ridge")    return LLAMA_RF_MODE_RIDGE;
+    throw py::value_error("fill mode must be 'exact', 'identity' or 'ridge', not '" + v + "'");
+}
+
 llama_flash_attn_type parse_flash_attn(const std::string & v) {
     if (v == "auto") return LLAMA_FLASH_ATTN_TYPE_AUTO;
     if (v == "on")   return LLAMA_FLASH_ATTN_TYPE_ENABLED;
@@ -134,6 +141,9 @@ class Model {
     int bos() const { return llama_vocab_bos(vocab_); }
     int eos() const { return llama_vocab_eos(vocab_); }
     bool add_bos() const { return llama_vocab_get_add_bos(vocab_); }
+    int rf_split_layer() const { return llama_rf_model_split_layer(model_); }
+    int rf_sink_rows() const { return llama_rf_model_sink_rows(model_); }
+    int rf_tail_rows() const { return llama_rf_model_tail_rows(model_); }
 
     std::string desc() const {
         char buf[256];
@@ -379,6 +389,39 @@ class Context {
         return dst;
     }
 
+    // split prefill: mode and split layer (-1 = the model's ridgefill.split_layer)
+    void set_fill(const std::string & mode, int32_t split) {
+        clear_log_tail();
+        if (llama_rf_set_mode(ctx_, parse_rf_mode(mode), split) != 0) {
+            std::string why = take_log_tail();
+            throw py::value_error("cannot use fill mode '" + mode + "': " + (why.empty() ? "rejected by llama.cpp" : why));
+        }
+    }
+
+    std::string fill_mode() const {
+        switch (llama_rf_get_mode(ctx_)) {
+            case LLAMA_RF_MODE_IDENTITY: return "identity";
+            case LLAMA_RF_MODE_RIDGE:    return "ridge";
+            default:                     return "exact";
+        }
+    }
+
+    int32_t fill_split() const { return llama_rf_get_split(ctx_); }
+
+    void set_fill_range(int32_t seq_id, int32_t p0, int32_t p1) {
+        if (llama_rf_set_range(ctx_, seq_id, p0, p1) != 0) {
+            throw py::value_error("invalid fill range for seq_id " + std::to_string(seq_id));
+        }
+    }
+
+    std::pair<int64_t, int64_t> fill_counts() const {
+        int64_t filled = 0, full = 0;
+        llama_rf_get_counts(ctx_, &filled, &full);
+        return {filled, full};
+    }
+
+    void reset_fill_counts() { llama_rf_reset_counts(ctx_); }
+
     void memory_clear() { llama_memory_clear(llama_get_memory(ctx_), true); }
 
     bool seq_rm(int32_t seq_id, int32_t p0, int32_t p1) { return llama_memory_seq_rm(llama_get_memory(ctx_), seq_id, p0, p1); }
@@ -471,6 +514,9 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("bos", &Model::bos)
         .def_property_readonly("eos", &Model::eos)
         .def_property_readonly("add_bos", &Model::add_bos)
+        .def_property_readonly("rf_split_layer", &Model::rf_split_layer)
+        .def_property_readonly("rf_sink_rows", &Model::rf_sink_rows)
+        .def_property_readonly("rf_tail_rows", &Model::rf_tail_rows)
         .def_property_readonly("desc", &Model::desc)
         .def("metadata", &Model::metadata)
         .def("tokenize", &Model::tokenize, py::arg("text"), py::arg("add_special") = true, py::arg("parse_special") = false)
@@ -492,6 +538,12 @@ PYBIND11_MODULE(_core, m) {
         .def("logits", &Context::logits)
         .def("token_logprobs", &Context::token_logprobs, py::arg("targets"))
         .def("layer_input", &Context::layer_input, py::arg("layer"), py::arg("out") = py::none())
+        .def("set_fill", &Context::set_fill, py::arg("mode"), py::arg("split") = -1)
+        .def_property_readonly("fill_mode", &Context::fill_mode)
+        .def_property_readonly("fill_split", &Context::fill_split)
+        .def("set_fill_range", &Context::set_fill_range, py::arg("seq_id"), py::arg("p0"), py::arg("p1"))
+        .def("fill_counts", &Context::fill_counts)
+        .def("reset_fill_counts", &Context::reset_fill_counts)
         .def("memory_clear", &Context::memory_clear)
         .def("seq_rm", &Context::seq_rm, py::arg("seq_id"), py::arg("p0") = -1, py::arg("p1") = -1)
         .def("seq_pos_max", &Context::seq_pos_max, py::arg("seq_id") = 0)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from ridgefill import pack
+from ridgefill.gguf_io import GGUFError
 from ridgefill.ridge import LayerFit, Maps
 from ridgefill.stats import Provenance
 
@@ -123,7 +124,7 @@ def test_interrupted_write_leaves_nothing(smollm2_path, identity, tmp_path, monk
 def test_truncated_gguf_is_a_clear_error(smollm2_path, tmp_path):
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(smollm2_path.read_bytes()[: 1 << 16])
-    with pytest.raises(pack.PackError, match="not a readable GGUF"):
+    with pytest.raises(GGUFError, match="not a readable GGUF"):
         pack.identity_of(cut)
 
 

@@ -9,7 +9,7 @@ import sys
 from . import fetch, models
 from .calibrate import CalibrationError
 from .corpus import CorpusError
-from .pack import PackError
+from .gguf_io import GGUFError
 from .stats import StatsError
 
 
@@ -132,6 +132,21 @@ def _cmd_demo(args) -> int:
     return demo.main(args.model, args.threads)
 
 
+def _cmd_bench_ttft(args) -> int:
+    from . import bench
+
+    log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.quiet else (lambda msg: None)
+    summary = bench.ttft(args.model, args.lengths, runs=args.runs, modes=tuple(args.modes), threads=args.threads,
+                         sinks=args.sinks, tail=args.tail, split=args.split, batch=args.batch, ubatch=args.ubatch,
+                         progress=log)
+    if args.json_out:
+        from pathlib import Path
+
+        Path(args.json_out).write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2) if args.json else bench.markdown(summary))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ridgefill", description="Split prefill for llama.cpp with closed-form ridge maps.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -177,6 +192,23 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--json", action="store_true")
     ins.set_defaults(func=_cmd_inspect)
 
+    bp = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_cmd", required=True)
+    bt = bp.add_parser("ttft", help="TTFT exact vs fill through the patched llama-bench, interleaved")
+    bt.add_argument("--model", required=True, help="augmented GGUF (ridge), or any GGUF with --modes exact identity")
+    bt.add_argument("--lengths", type=int, nargs="+", default=[4096])
+    bt.add_argument("--runs", type=int, default=5, help="interleaved runs per mode (median reported)")
+    bt.add_argument("--modes", nargs="+", default=["exact", "identity", "ridge"], choices=["exact", "identity", "ridge"])
+    bt.add_argument("--threads", type=int, default=2)
+    bt.add_argument("--split", type=int, default=None, help="default: the model's ridgefill.split_layer")
+    bt.add_argument("--sinks", type=int, default=None)
+    bt.add_argument("--tail", type=int, default=None)
+    bt.add_argument("--batch", type=int, default=2048)
+    bt.add_argument("--ubatch", type=int, default=512)
+    bt.add_argument("--json", action="store_true", help="print the JSON summary instead of a table")
+    bt.add_argument("--json-out", help="also write the JSON summary here")
+    bt.add_argument("--quiet", action="store_true")
+    bt.set_defaults(func=_cmd_bench_ttft)
+
     dm = sub.add_parser("demo", help="the main job on the default model (what `make demo` runs)")
     dm.add_argument("--model", default=models.DEFAULT_MODEL, choices=sorted(models.REGISTRY))
     dm.add_argument("--threads", type=int, default=None)
@@ -189,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (fetch.FetchError, models.UnknownModel, FileNotFoundError, ValueError, RuntimeError,
-            CalibrationError, CorpusError, PackError, StatsError) as err:
+            CalibrationError, CorpusError, GGUFError, StatsError) as err:
         print(f"ridgefill: error: {err}", file=sys.stderr)
         return 1
 

@@ -8,7 +8,6 @@ no partial OUT.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import gguf
 import numpy as np
 
 from .fetch import sha256_file
+from .gguf_io import GGUFError, copy_gguf, field as _field, open_gguf
 from .ridge import Maps
 from .stats import ModelIdentity, Provenance
 
@@ -26,7 +26,7 @@ MAP_BIAS = "blk.{}.ridge_map.bias"
 MAP_TYPES = {"f32": np.float32, "f16": np.float16}
 
 
-class PackError(ValueError):
+class PackError(GGUFError):
     pass
 
 
@@ -36,19 +36,6 @@ class Defaults:
 
     sink_rows: int = 4
     tail_rows: int = 1024
-
-
-class _Reader(gguf.GGUFReader):
-    """GGUFReader over a plain ndarray view of its memmap: numpy.memmap's per-slice
-    bookkeeping makes parsing a 50K-entry vocabulary about 4x slower otherwise."""
-
-    @property
-    def data(self):
-        return self._data
-
-    @data.setter
-    def data(self, value):
-        self._data = value.view(np.ndarray)
 
 
 def identity_of(path: str | os.PathLike, reader: gguf.GGUFReader | None = None) -> ModelIdentity:
@@ -62,23 +49,6 @@ def identity_of(path: str | os.PathLike, reader: gguf.GGUFReader | None = None) 
     if n_layer is None or n_embd is None:
         raise PackError(f"{path}: missing {arch}.block_count or {arch}.embedding_length")
     return ModelIdentity(arch, int(n_layer), int(n_embd), sha256_file(Path(path)))
-
-
-def open_gguf(path: str | os.PathLike) -> gguf.GGUFReader:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"GGUF not found: {path}")
-    try:
-        return _Reader(path)
-    except Exception as err:  # the reader raises ValueError, struct.error, IndexError... on bad files
-        raise PackError(f"{path} is not a readable GGUF file: {err}") from None
-
-
-def _field(reader: gguf.GGUFReader, key: str):
-    f = reader.get_field(key)
-    if f is None:
-        return None
-    return f.contents()
 
 
 def has_maps(reader: gguf.GGUFReader) -> bool:
@@ -106,49 +76,13 @@ def pack(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, provenanc
     if maps.layers != list(range(maps.split + 1, identity.n_layer)):
         raise PackError(f"maps cover layers {maps.layers}, expected {maps.split + 1}..{identity.n_layer - 1}")
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".part")
-    os.close(fd)
-    try:
-        _write(reader, maps, identity, provenance, Path(tmp), MAP_TYPES[map_type], defaults)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
-
-
-def _write(reader, maps: Maps, identity: ModelIdentity, provenance: Provenance, path: Path, dtype, defaults: Defaults):
-    writer = gguf.GGUFWriter(path, arch=identity.arch, endianess=reader.endianess)
-    alignment = _field(reader, gguf.Keys.General.ALIGNMENT)
-    if alignment is not None:
-        writer.data_alignment = int(alignment)
-    for field in reader.fields.values():
-        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
-            continue  # written by GGUFWriter itself / virtual
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
-    _add_metadata(writer, maps, identity, provenance, defaults)
-
-    for t in reader.tensors:
-        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
-    new = []
+    extra = []
     for j, layer in enumerate(maps.layers):
-        w = np.ascontiguousarray(maps.weights[j].astype(dtype))  # (d_out, d_in) -> ggml ne = {d_in, d_out}
-        b = np.ascontiguousarray(maps.biases[j].astype(np.float32))
-        for name, arr in ((MAP_WEIGHT.format(layer), w), (MAP_BIAS.format(layer), b)):
-            writer.add_tensor_info(name, arr.shape, arr.dtype, arr.nbytes)
-            new.append(arr)
-
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for t in reader.tensors:
-        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
-    for arr in new:
-        writer.write_tensor_data(arr)
-    writer.close()
+        w = maps.weights[j].astype(MAP_TYPES[map_type])  # (d_out, d_in) -> ggml ne = {d_in, d_out}
+        extra.append((MAP_WEIGHT.format(layer), np.ascontiguousarray(w)))
+        extra.append((MAP_BIAS.format(layer), np.ascontiguousarray(maps.biases[j].astype(np.float32))))
+    return copy_gguf(reader, out, add_keys=lambda w: _add_metadata(w, maps, identity, provenance, defaults),
+                     extra_tensors=extra)
 
 
 def _add_metadata(writer, maps: Maps, identity: ModelIdentity, provenance: Provenance, defaults: Defaults):

@@ -63,6 +63,10 @@ class Model:
     bos = property(lambda self: self._m.bos)
     eos = property(lambda self: self._m.eos)
     add_bos = property(lambda self: self._m.add_bos)  # whether the vocab starts sequences with BOS
+    # ridgefill.* metadata (split layer 0 = no maps)
+    rf_split_layer = property(lambda self: self._m.rf_split_layer)
+    rf_sink_rows = property(lambda self: self._m.rf_sink_rows)
+    rf_tail_rows = property(lambda self: self._m.rf_tail_rows)
 
     def info(self) -> dict:
         return {
@@ -96,6 +100,17 @@ class PrefillResult:
     seconds: float
     logits: np.ndarray  # last row's logits, (n_vocab,)
     chunks: list[tuple[int, int]] = field(default_factory=list)  # (start, length) of each decode call
+    n_filled: int = 0  # rows that ran the fill graph
+    n_full: int = 0  # rows that ran the full model
+    fill_range: tuple[int, int] = (0, 0)  # positions [p0, p1) that were eligible for fill
+
+
+def fill_range(n_tokens: int, sinks: int, tail: int, pos0: int = 0) -> tuple[int, int]:
+    """Filled positions [pos0+k, pos0+N-T) of a prompt; empty when N - T <= k."""
+    if sinks < 0 or tail < 0:
+        raise ValueError(f"sinks and tail must be >= 0 (got sinks={sinks}, tail={tail})")
+    lo, hi = pos0 + sinks, pos0 + n_tokens - tail
+    return (lo, hi) if hi > lo else (0, 0)
 
 
 class Context:
@@ -147,18 +162,47 @@ class Context:
         """Input of `layer` for every row of the last decode call, (n_tokens, n_embd) float32."""
         return self._c.layer_input(layer, out)
 
+    # ---- split prefill ------------------------------------------------------------------
+
+    def set_fill(self, mode: str = "exact", split: int | None = None) -> None:
+        """Fill mode for later prefills: 'exact', 'identity' or 'ridge' at `split` (default: the maps')."""
+        self._c.set_fill(mode, -1 if split is None else int(split))
+
+    fill_mode = property(lambda self: self._c.fill_mode)
+    fill_split = property(lambda self: self._c.fill_split)
+
     def prefill(
         self,
         tokens,
         pos0: int = 0,
         seq_id: int = 0,
         on_chunk: Callable[["Context", int, int], None] | None = None,
+        sinks: int | None = None,
+        tail: int | None = None,
     ) -> PrefillResult:
         """Decode a prompt of any length in n_batch chunks; logits of the last row only.
 
+        With a fill mode set, rows [k, N-T) are filled (k = sinks, T = tail; defaults from the
+        model's ridgefill metadata); the first k and last T rows run the full model.
         `on_chunk(ctx, start, n)` runs after each decode call, e.g. to read captured layer inputs.
         """
         tokens = np.asarray(tokens, dtype=np.int32)
+        rng = (0, 0)
+        if self.fill_mode != "exact":
+            sinks = self.model.rf_sink_rows if sinks is None else sinks
+            tail = self.model.rf_tail_rows if tail is None else tail
+            rng = fill_range(len(tokens), sinks, tail, pos0)
+        self._c.set_fill_range(seq_id, *rng)
+        self._c.reset_fill_counts()
+        try:
+            res = self._prefill(tokens, pos0, seq_id, on_chunk)
+        finally:
+            self._c.set_fill_range(seq_id, 0, 0)  # later decodes at these positions run exact
+        res.n_filled, res.n_full = self._c.fill_counts()
+        res.fill_range = rng
+        return res
+
+    def _prefill(self, tokens, pos0, seq_id, on_chunk) -> PrefillResult:
         if tokens.ndim != 1 or len(tokens) == 0:
             raise ValueError("prefill needs a non-empty 1-D token array")
         if pos0 + len(tokens) > self.n_ctx:

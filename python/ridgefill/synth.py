@@ -1,0 +1,141 @@
+"""Synthetic GGUFs for correctness constructions and speed measurements.
+
+`passthrough`: a copy of a real model whose layers from `split` on add nothing to the
+residual stream (attention-output and FFN-down weights zeroed, which is exact for every
+GGML block format: a zero block scales to zero). Then h_l = h_s for every l >= s, the
+identity map is exact, and a correct fill path reproduces the exact K/V and logits.
+`identity_maps`: the same model augmented with W = I, b = 0 ridge maps (F32, exact).
+
+Synthetic models are for correctness and speed only; no quality figure comes from them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from . import pack
+from .gguf_io import copy_gguf, open_gguf
+from .ridge import LayerFit, Maps
+from .stats import Provenance
+
+_ZEROED = re.compile(r"blk\.(\d+)\.(attn_output|ffn_down|ffn_down_exps|ffn_down_shexp|ssm_out)\.weight$")
+
+
+def passthrough(base: str | os.PathLike, split: int, out: str | os.PathLike) -> Path:
+    reader = open_gguf(base)
+    ident = pack.identity_of(base, reader)
+    if not 1 <= split < ident.n_layer:
+        raise ValueError(f"split {split} out of range [1, {ident.n_layer})")
+    zeroed = []
+
+    def data(name, raw):
+        m = _ZEROED.match(name)
+        if m and int(m.group(1)) >= split:
+            zeroed.append(name)
+            return np.zeros_like(raw)
+        return raw
+
+    copy_gguf(reader, out, tensor_data=data)
+    if not zeroed:
+        raise ValueError(f"{base}: found no output projections to zero")
+    return Path(out)
+
+
+def identity_maps(base: str | os.PathLike, split: int, out: str | os.PathLike, map_type: str = "f32") -> Path:
+    ident = pack.identity_of(base)
+    layers = list(range(split + 1, ident.n_layer))
+    d = ident.n_embd
+    maps = Maps(split, layers, np.broadcast_to(np.eye(d, dtype=np.float32), (len(layers), d, d)).copy(),
+                np.zeros((len(layers), d), np.float32), [LayerFit(l, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0) for l in layers])
+    return pack.pack(base, maps, ident, Provenance(backend="synthetic"), out, map_type=map_type)
+
+
+# ---- shape-faithful random-weight models (speed only) ----------------------------------
+
+SHAPES = {
+    # name: (arch, n_layer, d, n_head, n_head_kv, head_dim, d_ff)
+    "tiny-llama": ("llama", 8, 256, 4, 2, 64, 768),
+    "llama-3.2-1b": ("llama", 16, 2048, 32, 8, 64, 8192),
+    "llama-3.1-8b": ("llama", 32, 4096, 32, 8, 128, 14336),
+}
+
+
+def random_model(shape: str, out: str | os.PathLike, tokenizer_from: str | os.PathLike, seed: int = 0,
+                 weight_type: str = "q8_0", n_ctx: int = 131072) -> Path:
+    """A seeded random-weight GGUF of a real model's shape with a real tokenizer (speed only).
+
+    Projections are drawn with std 1/sqrt(fan_in) and residual writes scaled by 1/sqrt(2L),
+    so activations stay finite over long prompts; norms are 1.
+    """
+    import gguf
+
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    arch, n_layer, d, n_head, n_kv, hd, d_ff = SHAPES[shape]
+    qtype = {"f16": gguf.GGMLQuantizationType.F16, "q8_0": gguf.GGMLQuantizationType.Q8_0}[weight_type]
+    src = open_gguf(tokenizer_from)
+    rng = np.random.default_rng(seed)
+    n_vocab = len(src.fields["tokenizer.ggml.tokens"].data)
+
+    def w(rows, cols, scale=1.0):
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * (scale / np.sqrt(cols))).astype(np.float32)
+
+    res = 1.0 / np.sqrt(2 * n_layer)
+    tensors = [("token_embd.weight", w(n_vocab, d, np.sqrt(d))), ("output_norm.weight", np.ones(d, np.float32)),
+               ("output.weight", w(n_vocab, d))]
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        tensors += [
+            (p + "attn_norm.weight", np.ones(d, np.float32)),
+            (p + "attn_q.weight", w(n_head * hd, d)), (p + "attn_k.weight", w(n_kv * hd, d)),
+            (p + "attn_v.weight", w(n_kv * hd, d)), (p + "attn_output.weight", w(d, n_head * hd, res)),
+            (p + "ffn_norm.weight", np.ones(d, np.float32)),
+            (p + "ffn_gate.weight", w(d_ff, d)), (p + "ffn_up.weight", w(d_ff, d)),
+            (p + "ffn_down.weight", w(d, d_ff, res)),
+        ]
+
+    out = Path(out)
+    part = out.with_name(f".{out.name}.part")
+    try:
+        _write_random(gguf, part, arch, shape, n_layer, n_ctx, d, d_ff, n_head, n_kv, hd, src, tensors, qtype)
+        os.replace(part, out)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    return out
+
+
+def _write_random(gguf, path, arch, shape, n_layer, n_ctx, d, d_ff, n_head, n_kv, hd, src, tensors, qtype):
+    writer = gguf.GGUFWriter(path, arch=arch)
+    writer.add_name(f"ridgefill-synthetic-{shape}")
+    writer.add_block_count(n_layer)
+    writer.add_context_length(n_ctx)
+    writer.add_embedding_length(d)
+    writer.add_feed_forward_length(d_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_kv)
+    writer.add_key_length(hd)
+    writer.add_value_length(hd)
+    writer.add_rope_dimension_count(hd)
+    writer.add_rope_freq_base(500000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    for f in src.fields.values():
+        if f.name.startswith("tokenizer."):
+            vtype = f.types[0]
+            sub = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(f.name, f.contents(), vtype, sub_type=sub)
+    for name, arr in tensors:
+        if arr.ndim == 2 and qtype != gguf.GGMLQuantizationType.F16:
+            writer.add_tensor(name, gguf.quants.quantize(arr, qtype), raw_dtype=qtype)
+        elif arr.ndim == 2:
+            writer.add_tensor(name, arr.astype(np.float16))
+        else:
+            writer.add_tensor(name, arr)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()

@@ -1,0 +1,154 @@
+"""The split-prefill (fill) path in the patched llama.cpp, against exact computation."""
+
+import numpy as np
+import pytest
+
+from ridgefill import pack, synth
+from ridgefill.ridge import LayerFit, Maps
+from ridgefill.runtime import Model
+from ridgefill.stats import Provenance
+
+pytestmark = pytest.mark.slow
+
+SPLIT = 20
+N = 600
+# sinks and tail on ubatch (64) and batch (256) boundaries: exact and fill runs then see the
+# same ubatches, and their results can be compared bit for bit (llama.cpp's logits move by
+# ~0.5 between ubatch partitions of the same prompt, so partitions must match)
+SINKS, TAIL = 64, 24
+
+
+@pytest.fixture(scope="module")
+def prompt(smollm2, sample_text):
+    toks = smollm2.tokenize(sample_text)
+    assert len(toks) > N
+    return toks[:N]
+
+
+@pytest.fixture(scope="module")
+def passthrough_maps(smollm2_path, tmp_path_factory):
+    """SmolLM2 with layers >= SPLIT zeroed (h_l = h_s) + identity ridge maps (F32)."""
+    d = tmp_path_factory.mktemp("synth")
+    pt = synth.passthrough(smollm2_path, SPLIT, d / "pt.gguf")
+    return Model(synth.identity_maps(pt, SPLIT, d / "pt-maps.gguf"))
+
+
+@pytest.fixture(scope="module")
+def random_maps(smollm2_path, tmp_path_factory):
+    """Real SmolLM2 + random, non-symmetric F32 maps: the prediction is easy to recompute."""
+    ident = pack.identity_of(smollm2_path)
+    rng = np.random.default_rng(0)
+    layers = list(range(SPLIT + 1, ident.n_layer))
+    d = ident.n_embd
+    w = (np.eye(d) + 0.05 * rng.normal(size=(len(layers), d, d))).astype(np.float32)
+    b = (0.1 * rng.normal(size=(len(layers), d))).astype(np.float32)
+    maps = Maps(SPLIT, layers, w, b, [LayerFit(l, 0, 0, 0, 0, 0, 0) for l in layers])
+    out = tmp_path_factory.mktemp("rand") / "rand.gguf"
+    return Model(pack.pack(smollm2_path, maps, ident, Provenance(), out, map_type="f32")), maps
+
+
+def _last_logits(model, toks, mode, split=None, sinks=SINKS, tail=TAIL, **ctx_kw):
+    kw = dict(n_ctx=1024, n_batch=256, n_ubatch=64, threads=2)
+    kw.update(ctx_kw)
+    ctx = model.context(**kw)
+    ctx.set_fill(mode, split)
+    res = ctx.prefill(toks, sinks=sinks, tail=tail)
+    return res
+
+
+def test_tail_covering_prompt_is_exact(passthrough_maps, prompt):
+    """T >= N: nothing is filled, the result is the exact one bit for bit."""
+    exact = _last_logits(passthrough_maps, prompt, "exact")
+    ridge = _last_logits(passthrough_maps, prompt, "ridge", tail=N)
+    assert ridge.n_filled == 0 and ridge.n_full == N
+    np.testing.assert_array_equal(ridge.logits, exact.logits)
+
+
+def test_split_at_n_layer_is_exact(smollm2, prompt):
+    """s = L: filled rows run every layer exactly and only skip the logits."""
+    exact = _last_logits(smollm2, prompt, "exact")
+    full = _last_logits(smollm2, prompt, "identity", split=smollm2.n_layer)
+    assert full.n_filled == N - SINKS - TAIL
+    np.testing.assert_array_equal(full.logits, exact.logits)
+
+
+@pytest.mark.parametrize("mode", ["identity", "ridge"])
+@pytest.mark.parametrize("n_ubatch,flash_attn,kv_type,sinks,tail", [
+    (64, "on", "f16", SINKS, TAIL),
+    (64, "off", "f16", SINKS, TAIL),   # transposed V cache
+    (64, "on", "q8_0", SINKS, TAIL),   # quantized (rotated) cache
+    (50, "on", "f16", 4, 96),          # range boundaries inside ubatches
+    (100, "off", "f32", 4, 96),
+])
+def test_passthrough_fill_reproduces_exact(passthrough_maps, prompt, mode, n_ubatch, flash_attn, kv_type, sinks, tail):
+    """Layers >= SPLIT add nothing, so filling them from h_s is exact: bit-identical logits.
+
+    The reference is s = L (every layer exact) with the same rows filled, i.e. the same
+    ubatch partition; test_split_at_n_layer_is_exact ties s = L to the plain exact path.
+    """
+    kw = dict(n_ubatch=n_ubatch, flash_attn=flash_attn, kv_type=kv_type, sinks=sinks, tail=tail)
+    ref = _last_logits(passthrough_maps, prompt, "identity", split=passthrough_maps.n_layer, **kw)
+    fill = _last_logits(passthrough_maps, prompt, mode, split=SPLIT, **kw)
+    assert fill.n_filled == N - sinks - tail
+    assert fill.n_full == sinks + tail
+    np.testing.assert_array_equal(fill.logits, ref.logits)
+    if (sinks, tail) == (SINKS, TAIL):
+        exact = _last_logits(passthrough_maps, prompt, "exact", n_ubatch=n_ubatch, flash_attn=flash_attn, kv_type=kv_type)
+        np.testing.assert_array_equal(fill.logits, exact.logits)
+
+
+def test_fill_changes_a_real_model_and_decodes_deterministically(random_maps, prompt):
+    model, _ = random_maps
+    exact = _last_logits(model, prompt, "exact")
+    fill = _last_logits(model, prompt, "ridge")
+    assert fill.n_filled == N - SINKS - TAIL
+    assert np.abs(fill.logits - exact.logits).max() > 1e-2, "fill had no effect: the fill graph did not run"
+
+    def run():
+        ctx = model.context(n_ctx=1024, n_batch=256, n_ubatch=64, threads=2)
+        ctx.set_fill("ridge")
+        return ctx.greedy(prompt, 16)
+
+    a, b = run(), run()
+    assert a == b and len(a) > 0
+
+
+def test_predicted_layer_inputs_are_w_hs_plus_b(random_maps, prompt):
+    """Captured inputs of filled late layers = W_l h_s + b_l in numpy (orientation included)."""
+    model, maps = random_maps
+    late = [SPLIT + 1, SPLIT + 5, model.n_layer - 1]
+    ctx = model.context(n_ctx=1024, n_batch=N, n_ubatch=64, threads=2, capture=[SPLIT, *late])
+    ctx.set_fill("ridge")
+    res = ctx.prefill(prompt, sinks=SINKS, tail=TAIL)
+    lo, hi = res.fill_range
+    h_s = ctx.layer_input(SPLIT)[lo:hi].astype(np.float64)
+    for il in late:
+        j = maps.layers.index(il)
+        want = h_s @ maps.weights[j].T.astype(np.float64) + maps.biases[j]
+        got = ctx.layer_input(il)[lo:hi]
+        err = np.abs(got - want).max() / np.abs(want).max()
+        assert err < 1e-4, f"layer {il}: relative error {err:.3g}"
+        transposed = h_s @ maps.weights[j].astype(np.float64) + maps.biases[j]
+        assert np.abs(got - transposed).max() / np.abs(want).max() > 1e-2
+
+
+def test_fill_errors_are_python_exceptions(smollm2, random_maps):
+    ctx = smollm2.context(n_ctx=256, threads=2)
+    with pytest.raises(ValueError, match="needs ridge maps"):
+        ctx.set_fill("ridge")
+    with pytest.raises(ValueError, match="out of range"):
+        ctx.set_fill("identity", split=0)
+    with pytest.raises(ValueError, match="out of range"):
+        ctx.set_fill("identity", split=smollm2.n_layer + 1)
+    with pytest.raises(ValueError, match="fill mode"):
+        ctx.set_fill("fast")
+    model, _ = random_maps
+    mctx = model.context(n_ctx=256, threads=2)
+    with pytest.raises(ValueError, match="fitted at split layer"):
+        mctx.set_fill("ridge", split=SPLIT - 1)
+    mctx.set_fill("ridge")
+    assert (mctx.fill_mode, mctx.fill_split) == ("ridge", SPLIT)
+    with pytest.raises(ValueError, match=">= 0"):
+        mctx.prefill(np.ones(50, dtype=np.int32), tail=-1)
+    mctx.set_fill("exact")
+    assert mctx.fill_mode == "exact"
