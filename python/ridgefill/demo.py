@@ -1,8 +1,10 @@
 """`make demo`: the main job on the default model, end to end, with a short table.
 
-The fill path is not in the fork yet, so this runs the exact-model part of the job:
-fetch and verify the model, serve it with the patched llama-server, measure TTFT at 4K
-prompt tokens (llama-server's own prompt timing, median of 3) and check a needle.
+Fetch and verify SmolLM2-135M, fit ridge maps at split 18 on the default calibration
+corpus (cached after the first run), write the augmented GGUF, serve it with the patched
+llama-server in RidgeFill mode, and compare exact and ridge prefill at 4K prompt tokens:
+TTFT (llama-server's own prompt timing, interleaved, median of 3) beside the cost-model
+bound, and a needle placed inside the filled region.
 """
 
 from __future__ import annotations
@@ -12,50 +14,83 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import models
+from . import costmodel, models, paths, pipeline
+from .calibrate import CaptureConfig
 from .evals.needle import single_needle, string_match_all
+from .pack import Defaults, identity_of, inspect
 from .runtime import Model
 from .server import LlamaServer, tool_path
 
 PROMPT_TOKENS = 4096
+SPLIT = 18
+SINKS, TAIL = 4, 1024
+CALIB_TOKENS = 32768
 RUNS = 3
 
 
-def ttft_ms(srv: LlamaServer, tokens) -> float:
-    res = srv.post("/completion", {"prompt": [int(t) for t in tokens], "n_predict": 1, "cache_prompt": False,
-                                   "temperature": 0.0})
-    return float(res["timings"]["prompt_ms"])
+def fitted_model(base: Path, split: int, threads: int | None) -> Path:
+    """The augmented GGUF for `base`, fitted once and cached next to the model cache."""
+    out = paths.cache_dir() / "fitted" / f"{base.stem}-s{split}-t{CALIB_TOKENS}.gguf"
+    if out.is_file():
+        try:
+            if inspect(out)["metadata"]["base_sha256"] == identity_of(base).base_sha256:
+                return out
+        except ValueError:
+            pass
+        out.unlink()
+    cfg = CaptureConfig(split=split, tokens=CALIB_TOKENS, threads=threads)
+    stats = pipeline.calibrate(base, cfg)
+    pipeline.fit_and_pack(base, stats, out, defaults=Defaults(SINKS, TAIL))
+    return out
 
 
-def needle_answer(srv: LlamaServer, tokens) -> str:
-    res = srv.post("/completion", {"prompt": [int(t) for t in tokens], "n_predict": 12, "cache_prompt": False,
-                                   "temperature": 0.0})
-    return res["content"]
+def complete(srv: LlamaServer, tokens, mode: str, n_predict: int) -> dict:
+    return srv.post("/completion", {"prompt": [int(t) for t in tokens], "n_predict": n_predict, "cache_prompt": False,
+                                    "temperature": 0.0, "ridgefill": mode})
 
 
 def main(model_name: str = models.DEFAULT_MODEL, threads: int | None = None) -> int:
     t0 = time.monotonic()
-    print(f"[1/3] fetching {model_name} (verified by sha256)", flush=True)
-    path = models.fetch_model(model_name)
-    model = Model(path)
+    print(f"[1/4] fetching {model_name} (verified by sha256)", flush=True)
+    base = models.fetch_model(model_name)
+    print(f"[2/4] ridge maps at split {SPLIT} from {CALIB_TOKENS} calibration tokens (cached after the first run)", flush=True)
+    gguf = fitted_model(base, SPLIT, threads)
+    model = Model(gguf)
     item = single_needle(model, PROMPT_TOKENS, depth=0.5, seed=7)
+    lo, hi = SINKS, item.n_tokens - TAIL
+    assert lo <= item.needle_rows[0] and item.needle_rows[1] <= hi, "needle must lie in the filled region"
+
     log = Path(tempfile.gettempdir()) / "ridgefill-demo-server.log"
-    args = ["-b", "2048", "-ub", "512", "--no-cache-prompt"]
-    print(f"[2/3] starting the patched llama-server (log: {log})", flush=True)
-    with LlamaServer(path, args, ctx=PROMPT_TOKENS + 64, threads=threads, log=log) as srv:
-        print(f"[3/3] TTFT at {item.n_tokens} prompt tokens, {RUNS} runs, and a needle check", flush=True)
-        times = [ttft_ms(srv, item.tokens) for _ in range(RUNS)]
-        answer = needle_answer(srv, item.tokens)
-    cmdline = " ".join([str(tool_path("llama-server")), "-m", str(path), "-c", str(PROMPT_TOKENS + 64), "-np", "1", *args])
-    score = string_match_all(answer, item.answers)
+    args = ["-b", "2048", "-ub", "512", "-fa", "on", "--ridgefill", "ridge", "--ridgefill-sink", str(SINKS),
+            "--ridgefill-tail", str(TAIL)]
+    ctx = PROMPT_TOKENS + 64
+    print(f"[3/4] serving {gguf.name} with the patched llama-server (log: {log})", flush=True)
+    ms = {"exact": [], "ridge": []}
+    answers, filled = {}, 0
+    with LlamaServer(gguf, args, ctx=ctx, threads=threads, log=log) as srv:
+        print(f"[4/4] TTFT at {item.n_tokens} tokens, exact and ridge interleaved x{RUNS}, then the needle", flush=True)
+        for _ in range(RUNS):
+            for mode in ms:
+                res = complete(srv, item.tokens, mode, 1)
+                ms[mode].append(res["timings"]["prompt_ms"])
+                filled = res["timings"].get("ridgefill_filled_n", filled)
+        for mode in ms:
+            answers[mode] = complete(srv, item.tokens, mode, 12)["content"]
+    shape = costmodel.Shape.from_model(model)
+    bound = costmodel.bound(shape, item.n_tokens, SPLIT, SINKS, TAIL)
+    med = {m: statistics.median(v) for m, v in ms.items()}
     print()
-    print("| mode | TTFT (ms, median of 3) | needle at depth 0.5 |")
-    print("| --- | --- | --- |")
-    print(f"| exact | {statistics.median(times):.0f} | {'found' if score == 100 else 'missed'} "
-          f"(expected {item.answers[0]}, got {answer.strip()[:24]!r}) |")
-    print("| ridge | not available yet: the fill path is not in the fork yet | |")
+    print(f"SmolLM2-135M, split {SPLIT}, sinks {SINKS}, tail {TAIL}, {item.n_tokens} prompt tokens "
+          f"({filled} filled), needle '{item.answers[0]}' at row {item.needle_rows[0]}")
+    print("| mode | TTFT ms (median of 3) | speed-up | cost-model bound | needle |")
+    print("| --- | --- | --- | --- | --- |")
+    for mode in ms:
+        found = "found" if string_match_all(answers[mode], item.answers) == 100 else "missed"
+        speed = med["exact"] / med[mode]
+        b = "" if mode == "exact" else f"{bound:.2f}x"
+        print(f"| {mode} | {med[mode]:.0f} | {speed:.2f}x | {b} | {found}: {answers[mode].strip()[:20]!r} |")
     print()
-    print(f"model GGUF : {path}")
-    print(f"serve it   : {cmdline}")
+    print(f"augmented GGUF : {gguf}")
+    print(f"serve it       : {tool_path('llama-server')} -m {gguf} -c {ctx} -np 1 {' '.join(args)}")
     print(f"demo took {time.monotonic() - t0:.0f} s")
     return 0
