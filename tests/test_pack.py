@@ -1,6 +1,5 @@
 """Augmented GGUF: base bytes untouched, maps read back exactly, in the right orientation."""
 
-import gguf
 import numpy as np
 import pytest
 

@@ -1,6 +1,5 @@
 """The patched llama-server: --ridgefill, per-request override, cache-key safety, timings."""
 
-import numpy as np
 import pytest
 
 from ridgefill import synth

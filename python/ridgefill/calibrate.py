@@ -75,28 +75,23 @@ def windows(tokens: np.ndarray, bos: int | None, window: int, budget: int, min_l
         yield np.concatenate([head, piece]).astype(np.int32)
 
 
-def capture_llama(model_path, docs: list[Document], cfg: CaptureConfig, identity: ModelIdentity,
-                  progress: Callable[[int], None] | None = None) -> CalibrationStats:
-    """Run the documents through llama.cpp and accumulate statistics (backend `llama`)."""
-    from .runtime import Model
+# process(window, moments): run one BOS-led window through a backend and update the moments
+WindowFn = Callable[[np.ndarray, Moments], None]
 
-    check_arch(identity)
-    check_split(identity, cfg.split)
-    model = Model(model_path)
-    layers = list(range(cfg.split, identity.n_layer))
-    ctx = model.context(n_ctx=cfg.window, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch, threads=cfg.threads, capture=layers)
-    stats = CalibrationStats(identity, cfg.split)
+
+def accumulate(stats: CalibrationStats, docs: list[Document], cfg: CaptureConfig, tokenize: Callable[[str], np.ndarray],
+               bos: int | None, backend: str, process: WindowFn,
+               progress: Callable[[int], None] | None = None) -> CalibrationStats:
+    """Feed documents to a capture backend: training and held-out documents, each within its budget."""
 
     def run(doc_set: list[Document], mom: Moments, budget: int) -> Provenance:
-        prov = Provenance(sinks=cfg.sinks, window=cfg.window, backend="llama")
+        prov = Provenance(sinks=cfg.sinks, window=cfg.window, backend=backend)
         used = []
         for doc in doc_set:
             if prov.n_tokens >= budget:
                 break
-            toks = model.tokenize(doc.text)
-            for w in windows(toks, model.bos if model.add_bos else None, cfg.window, budget - prov.n_tokens, cfg.sinks + 16):
-                ctx.clear()
-                ctx.prefill(w, on_chunk=lambda c, start, n: _accumulate(c, start, n, layers, cfg.sinks, mom))
+            for w in windows(tokenize(doc.text), bos, cfg.window, budget - prov.n_tokens, cfg.sinks + 16):
+                process(w, mom)
                 prov.n_tokens += len(w)
                 if progress:
                     progress(len(w))
@@ -111,6 +106,25 @@ def capture_llama(model_path, docs: list[Document], cfg: CaptureConfig, identity
     stats.heldout_provenance = run(held_docs, stats.heldout, n_held)
     _warn_if_thin(stats)
     return stats
+
+
+def capture_llama(model_path, docs: list[Document], cfg: CaptureConfig, identity: ModelIdentity,
+                  progress: Callable[[int], None] | None = None) -> CalibrationStats:
+    """Run the documents through llama.cpp and accumulate statistics (backend `llama`)."""
+    from .runtime import Model
+
+    check_arch(identity)
+    check_split(identity, cfg.split)
+    model = Model(model_path)
+    layers = list(range(cfg.split, identity.n_layer))
+    ctx = model.context(n_ctx=cfg.window, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch, threads=cfg.threads, capture=layers)
+
+    def process(w: np.ndarray, mom: Moments) -> None:
+        ctx.clear()
+        ctx.prefill(w, on_chunk=lambda c, start, n: _accumulate(c, start, n, layers, cfg.sinks, mom))
+
+    bos = model.bos if model.add_bos else None
+    return accumulate(CalibrationStats(identity, cfg.split), docs, cfg, model.tokenize, bos, "llama", process, progress)
 
 
 def _accumulate(ctx, start: int, n: int, layers: list[int], sinks: int, mom: Moments) -> None:

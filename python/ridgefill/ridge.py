@@ -11,7 +11,9 @@ The final maps are refitted on training + held-out statistics with the chosen λ
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -146,12 +148,8 @@ def report(maps: Maps) -> str:
 MAPS_FORMAT = "ridgefill-maps/1"
 
 
-def save_maps(path, maps: Maps, identity, provenance) -> "Path":
+def save_maps(path, maps: Maps, identity, provenance) -> Path:
     """Maps + the model identity and calibration provenance they belong to (npz)."""
-    import json
-    from dataclasses import asdict
-    from pathlib import Path
-
     from .fetch import atomic_write_from
 
     meta = {"format": MAPS_FORMAT, "split": maps.split, "layers": maps.layers,
@@ -162,8 +160,6 @@ def save_maps(path, maps: Maps, identity, provenance) -> "Path":
 
 def load_maps(path):
     """(maps, identity, provenance) from a file written by save_maps."""
-    import json
-
     from .stats import ModelIdentity, Provenance
 
     try:

@@ -52,15 +52,7 @@ def tree_dir() -> Path:
 
 def fetch_sdist() -> Path:
     """The verified sdist in the cache, downloaded on first use or when corrupted."""
-    dest = paths.cache_dir() / "upstream"
-    path = dest / SDIST_NAME
-    if fetch.is_verified(path, SDIST_SHA256):
-        return path
-    path.unlink(missing_ok=True)
-    got = fetch.pip_download(SDIST_SPEC, dest, sdist=True)
-    if got != path:
-        os.replace(got, path)
-    return fetch.require_verified(path, SDIST_SHA256, SDIST_SPEC)
+    return fetch.cached_package(SDIST_SPEC, SDIST_NAME, SDIST_SHA256, paths.cache_dir() / "upstream", sdist=True)
 
 
 def series() -> list[Path]:
