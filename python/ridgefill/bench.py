@@ -119,3 +119,41 @@ def markdown(summary: dict) -> str:
         cells += [f"{r[f'ratio_{m}']:.2f}x / {r[f'bound_{m}']:.2f}x / {100 * r[f'of_bound_{m}']:.0f}%" for m in fills]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def fit_speed(model_path: str, split: int, tokens: int, threads: int = 2, window: int = 2048) -> dict:
+    """Capture cost vs exact prefill of the same windows, solve time and peak RSS of a fit."""
+    import resource
+    import time
+
+    from . import corpus, ridge
+    from .calibrate import CaptureConfig, accumulate, capture_llama
+    from .stats import CalibrationStats
+
+    cfg = CaptureConfig(split=split, tokens=tokens, window=window, threads=threads)
+    docs = corpus.default_calibration()
+    identity = pack.identity_of(model_path)
+    m = Model(model_path)
+    ctx = m.context(n_ctx=window, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch, threads=threads)
+
+    def plain(w, _mom):
+        ctx.clear()
+        ctx.prefill(w)
+
+    t0 = time.perf_counter()
+    accumulate(CalibrationStats(identity, split), docs, cfg, m.tokenize, m.bos if m.add_bos else None, "exact", plain)
+    t_exact = time.perf_counter() - t0
+    del ctx
+
+    t0 = time.perf_counter()
+    stats = capture_llama(model_path, docs, cfg, identity)
+    t_capture = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    maps = ridge.fit(stats)
+    t_solve = time.perf_counter() - t0
+    n = stats.provenance.n_tokens + stats.heldout_provenance.n_tokens
+    return {"model": str(model_path), "split": split, "tokens": n, "threads": threads,
+            "exact_prefill_s": t_exact, "capture_s": t_capture, "capture_over_exact": t_capture / t_exact,
+            "capture_tok_per_s": n / t_capture, "solve_s": t_solve,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "r2_ridge": [f.r2_ridge for f in maps.fits]}

@@ -147,6 +147,18 @@ def _cmd_bench_ttft(args) -> int:
     return 0
 
 
+def _cmd_bench_fit(args) -> int:
+    from . import bench
+
+    res = bench.fit_speed(args.model, args.split, args.tokens, threads=args.threads)
+    if args.json_out:
+        from pathlib import Path
+
+        Path(args.json_out).write_text(json.dumps(res, indent=2))
+    print(json.dumps(res, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ridgefill", description="Split prefill for llama.cpp with closed-form ridge maps.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -208,6 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--json-out", help="also write the JSON summary here")
     bt.add_argument("--quiet", action="store_true")
     bt.set_defaults(func=_cmd_bench_ttft)
+
+    bf = bp.add_parser("fit", help="capture cost vs exact prefill, solve time, peak RSS")
+    bf.add_argument("--model", required=True)
+    bf.add_argument("--split", type=int, default=15)
+    bf.add_argument("--tokens", type=int, default=262144)
+    bf.add_argument("--threads", type=int, default=2)
+    bf.add_argument("--json-out")
+    bf.set_defaults(func=_cmd_bench_fit)
 
     dm = sub.add_parser("demo", help="the main job on the default model (what `make demo` runs)")
     dm.add_argument("--model", default=models.DEFAULT_MODEL, choices=sorted(models.REGISTRY))
