@@ -143,7 +143,6 @@ def fit_speed(model_path: str, split: int, tokens: int, threads: int = 2, window
     t0 = time.perf_counter()
     accumulate(CalibrationStats(identity, split), docs, cfg, m.tokenize, m.bos if m.add_bos else None, "exact", plain)
     t_exact = time.perf_counter() - t0
-    del ctx
 
     t0 = time.perf_counter()
     stats = capture_llama(model_path, docs, cfg, identity)

@@ -104,7 +104,6 @@ def accumulate(stats: CalibrationStats, docs: list[Document], cfg: CaptureConfig
     train_docs, held_docs = assign(docs, cfg)
     stats.provenance = run(train_docs, stats.train, cfg.tokens - n_held)
     stats.heldout_provenance = run(held_docs, stats.heldout, n_held)
-    _warn_if_thin(stats)
     return stats
 
 
@@ -124,7 +123,8 @@ def capture_llama(model_path, docs: list[Document], cfg: CaptureConfig, identity
         ctx.prefill(w, on_chunk=lambda c, start, n: _accumulate(c, start, n, layers, cfg.sinks, mom))
 
     bos = model.bos if model.add_bos else None
-    return accumulate(CalibrationStats(identity, cfg.split), docs, cfg, model.tokenize, bos, "llama", process, progress)
+    stats = accumulate(CalibrationStats(identity, cfg.split), docs, cfg, model.tokenize, bos, "llama", process, progress)
+    return check_rows(stats)
 
 
 def _accumulate(ctx, start: int, n: int, layers: list[int], sinks: int, mom: Moments) -> None:
@@ -134,10 +134,12 @@ def _accumulate(ctx, start: int, n: int, layers: list[int], sinks: int, mom: Mom
     mom.update(x, ys)
 
 
-def _warn_if_thin(stats: CalibrationStats) -> None:
+def check_rows(stats: CalibrationStats) -> CalibrationStats:
+    """Refuse statistics without rows; warn when there are too few rows for n_embd."""
+    if stats.train.n == 0 or stats.heldout.n == 0:
+        raise CalibrationError("calibration produced no rows (documents too short or token budget too small)")
     d = stats.identity.n_embd
     if stats.train.n < 4 * d:
         warnings.warn(f"only {stats.train.n} calibration rows for n_embd={d}: the covariance is rank-deficient "
                       "and λ (chosen on held-out rows) carries the fit; use more --tokens", stacklevel=2)
-    if stats.train.n == 0 or stats.heldout.n == 0:
-        raise CalibrationError("calibration produced no rows (documents too short or token budget too small)")
+    return stats

@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from .calibrate import CaptureConfig, accumulate, check_split
+from .calibrate import CaptureConfig, accumulate, check_rows, check_split
 from .corpus import Document
 from .stats import CalibrationStats, ModelIdentity, Moments
 
@@ -66,7 +66,8 @@ def capture_hf(model, tokenize: Callable[[str], np.ndarray], bos: int | None, do
         mom.update(x, [grabbed[il].numpy()[cfg.sinks:] for il in wanted[1:]])
 
     try:
-        return accumulate(CalibrationStats(identity, cfg.split), docs, cfg, tokenize, bos, "hf", process, progress)
+        stats = accumulate(CalibrationStats(identity, cfg.split), docs, cfg, tokenize, bos, "hf", process, progress)
     finally:
         for h in handles:
             h.remove()
+    return check_rows(stats)
