@@ -1,25 +1,19 @@
 from __future__ import annotations
 
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 from ridgefill import models
-
-BIN = Path(sys.executable).parent
+from ridgefill.server import ServerError, tool_path
 
 
 def tool(name: str) -> Path:
     """A fork binary installed into the venv by the build."""
-    path = BIN / name
-    if not path.exists():
-        found = shutil.which(name)
-        if found is None:
-            pytest.fail(f"{name} is not installed; run `make setup`")
-        path = Path(found)
-    return path
+    try:
+        return tool_path(name)
+    except ServerError as err:
+        pytest.fail(str(err))
 
 
 @pytest.fixture(scope="session")

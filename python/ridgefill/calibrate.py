@@ -15,9 +15,8 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .corpus import Document, corpus_hash
+from .runtime import CAPTURE_ARCHS as SUPPORTED_ARCHS  # builders that record each layer's input
 from .stats import CalibrationStats, ModelIdentity, Moments, Provenance
-
-SUPPORTED_ARCHS = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "qwen35", "qwen35moe", "qwen3next"})
 
 
 class CalibrationError(ValueError):
