@@ -1,0 +1,108 @@
+"""Split prefill as the evaluations run it: head rows, a hook, then the tail.
+
+A prompt of N rows with sinks k and tail T is decoded in two phases:
+
+1. the head, rows [0, N-T): no outputs; in a fill mode rows [k, N-T) take the fill path;
+2. the tail, rows [N-T, N): the full model, with outputs where the metric needs them.
+
+Between the two a hook may read or overwrite the cache (a splice: replace one component
+of the filled rows with the exact one), so every tail row, and every score, sees it.
+Context.prefill cannot be used here: it puts an output on the last row it decodes, and a
+row with an output always runs the full model, so a head ending at N-T would lose its
+last filled row. Exact mode runs through the same two phases with an empty fill range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..runtime import Context, fill_range
+
+
+@dataclass
+class Head:
+    """State after the head phase; what a hook gets."""
+
+    ctx: Context
+    tokens: np.ndarray
+    stop: int  # first tail row; the head was rows [0, stop)
+    fill_range: tuple[int, int]  # rows that took the fill path, [lo, hi); (0, 0) when none
+    n_filled: int
+    n_full: int
+    seq_id: int = 0
+
+
+Hook = Callable[[Head], None]
+
+
+def head_stop(n_tokens: int, tail: int) -> int:
+    """First tail row; the last row always belongs to the tail (it carries an output)."""
+    return max(0, min(n_tokens - tail, n_tokens - 1))
+
+
+def run_head(ctx: Context, tokens, sinks: int, tail: int, seq_id: int = 0, hook: Hook | None = None) -> Head:
+    """Clear `seq_id` and decode the head rows without outputs; then call `hook`."""
+    tokens = np.asarray(tokens, dtype=np.int32)
+    if tokens.ndim != 1 or len(tokens) == 0:
+        raise ValueError("a prompt must be a non-empty 1-D token array")
+    if len(tokens) > ctx.n_ctx:
+        raise ValueError(f"{len(tokens)} tokens do not fit n_ctx={ctx.n_ctx}")
+    stop = head_stop(len(tokens), tail)
+    rng = (0, 0) if ctx.fill_mode == "exact" else fill_range(stop, sinks, 0)
+    ctx.seq_rm(seq_id)
+    ctx._c.set_fill_range(seq_id, *rng)
+    ctx._c.reset_fill_counts()
+    try:
+        _decode(ctx, tokens[:stop], 0, seq_id, last_output=False)
+    finally:
+        ctx._c.set_fill_range(seq_id, 0, 0)
+    head = Head(ctx, tokens, stop, rng, *ctx._c.fill_counts(), seq_id=seq_id)
+    if hook is not None:
+        hook(head)
+    return head
+
+
+def _decode(ctx: Context, tokens: np.ndarray, pos0: int, seq_id: int, last_output: bool) -> None:
+    for start in range(0, len(tokens), ctx.n_batch):
+        piece = tokens[start : start + ctx.n_batch]
+        last = last_output and start + len(piece) == len(tokens)
+        ctx.decode(piece, pos0 + start, seq_id, "last" if last else "none")
+
+
+def tail_logprobs(head: Head) -> np.ndarray:
+    """log p(tokens[p] | tokens[:p]) for p in [stop+1, N): every token a tail row predicts."""
+    ctx, toks, seq = head.ctx, head.tokens, head.seq_id
+    rows = np.arange(head.stop, len(toks) - 1)
+    out = np.empty(len(rows), dtype=np.float64)
+    for start in range(0, len(rows), ctx.n_batch):
+        r = rows[start : start + ctx.n_batch]
+        ctx.decode(toks[r], int(r[0]), seq, "all")
+        out[start : start + len(r)] = ctx._c.token_logprobs(toks[r + 1])
+    return out  # the last row predicts nothing inside the prompt and is not decoded
+
+
+def greedy(head: Head, n_new: int, stop: Sequence[int] = ()) -> list[int]:
+    """Decode the tail rows, then up to n_new tokens greedily (argmax)."""
+    ctx, toks, seq = head.ctx, head.tokens, head.seq_id
+    _decode(ctx, toks[head.stop :], head.stop, seq, last_output=True)
+    logits = ctx.logits()[0]
+    stops = set(int(s) for s in stop) | {ctx.model.eos}
+    out: list[int] = []
+    pos = len(toks)
+    for _ in range(n_new):
+        tok = int(np.argmax(logits))
+        if tok in stops or pos >= ctx.n_ctx:
+            break
+        out.append(tok)
+        ctx.decode(np.array([tok], dtype=np.int32), pos, seq, "last")
+        logits = ctx.logits()[0]
+        pos += 1
+    return out
+
+
+def context_hook(fn: Callable[[Context], None]) -> Hook:
+    """A hook from a callable of the context alone (Context.prefill's before_tail style)."""
+    return lambda head: fn(head.ctx)
