@@ -1,0 +1,53 @@
+"""Items as JSON (tokens as lists), with the parameters that generated them.
+
+A saved file lets a run be repeated exactly, on any machine, without the generator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .loss import LossItem
+from .needle import NeedleItem
+
+FORMAT = 1
+KINDS = {"needle": NeedleItem, "loss": LossItem}
+
+
+class ItemsMismatch(ValueError):
+    pass
+
+
+def save(path: str | os.PathLike, kind: str, items: list, params: dict) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"format": FORMAT, "kind": kind, "params": params, "items": [it.to_dict() for it in items]}
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc))
+    tmp.replace(path)
+    return path
+
+
+def load(path: str | os.PathLike) -> tuple[str, list, dict]:
+    """(kind, items, params) of a saved file."""
+    doc = json.loads(Path(path).read_text())
+    if doc.get("format") != FORMAT or doc.get("kind") not in KINDS:
+        raise ValueError(f"{path}: not a ridgefill items file (format {FORMAT})")
+    cls = KINDS[doc["kind"]]
+    return doc["kind"], [cls.from_dict(d) for d in doc["items"]], doc["params"]
+
+
+def load_or_make(path: str | os.PathLike, kind: str, params: dict, make) -> list:
+    """The items saved at `path` if they were made with `params`; else make() them and save."""
+    path = Path(path)
+    if path.is_file():
+        got_kind, items, got = load(path)
+        if got_kind != kind or got != params:
+            raise ItemsMismatch(f"{path} holds items made with other parameters ({got}); "
+                                f"use another output directory, or delete it, to run with {params}")
+        return items
+    items = make()
+    save(path, kind, items, params)
+    return items
