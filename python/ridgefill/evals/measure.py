@@ -1,0 +1,52 @@
+"""One measurement of one item under one fill variant: the record stored per item.
+
+The context's fill mode is set by the caller; both measurements run prefill.run_head,
+so a variant's hook (a splice) runs after the head and before anything is scored.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from . import loss, prefill
+from .loss import LossItem
+from .needle import NeedleItem, string_match_all
+from .prefill import Hook
+
+
+def needle_record(ctx, item: NeedleItem, sinks: int, tail: int, hook: Hook | None = None) -> dict:
+    """Greedy answer after a split prefill, scored with string-match-all (0..100)."""
+    t0 = time.perf_counter()
+    head = prefill.run_head(ctx, item.tokens, sinks, tail, hook=hook)
+    output = ctx.model.detokenize(prefill.greedy(head, item.n_new))
+    return {
+        "score": string_match_all(output, item.answers),
+        "output": output,
+        "answers": item.answers,
+        "n_filled": head.n_filled,
+        "fill_range": list(head.fill_range),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def loss_record(ctx, item: LossItem, sinks: int, tail: int, distant: list[int] | None, window: int,
+                hook: Hook | None = None) -> dict:
+    """Tail-token losses after a split prefill.
+
+    `distant` (positions of distant-dependent tokens) comes from the exact record; when
+    it is None this is the exact record, and the positions are computed here (the context
+    must then be in exact mode).
+    """
+    t0 = time.perf_counter()
+    head = prefill.run_head(ctx, item.tokens, sinks, tail, hook=hook)
+    lp = prefill.tail_logprobs(head)
+    rec = {"n_filled": head.n_filled, "fill_range": list(head.fill_range)}
+    if distant is None:
+        distant = [int(p) for p in loss.reference(ctx, item, tail, window, lp)]
+        rec.update(distant=distant, window=window)
+    mask = np.isin(loss.scored_positions(item.n_tokens, tail), distant)
+    rec.update(loss.summary(lp, mask))
+    rec["seconds"] = round(time.perf_counter() - t0, 3)
+    return rec

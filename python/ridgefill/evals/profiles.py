@@ -1,0 +1,64 @@
+"""Named measurement plans: `quick` (CI, a few minutes on 2 CPU cores) and `full`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .needle import TASKS
+
+ALL_NEEDLES = tuple(f"{t}/{h}/number" for t in TASKS for h in ("noise", "prose")) + (
+    "single/noise/uuid", "single/prose/uuid")
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    lengths: tuple[int, ...]  # prompt tokens N
+    sinks: int  # k
+    tails: tuple[int, ...]  # T
+    splits: tuple[int, ...] | None  # None: the split of the model's maps
+    needle_tasks: tuple[str, ...]  # TaskSpec names
+    needle_items: int  # per task and length; depths spread evenly
+    loss_items: int  # documents per length
+    window: int  # short-context window of the distant-token criterion
+    tasks: tuple[str, ...] = ("needle", "loss")
+    seed: int = 0
+    n_boot: int = 10_000
+
+    def with_(self, **changes) -> "Plan":
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+QUICK = Plan(
+    name="quick",
+    lengths=(1024,),
+    sinks=4,
+    tails=(256,),
+    splits=None,
+    needle_tasks=("single/noise/number", "single/prose/number", "multikey/noise/number", "multivalue/noise/number",
+                  "multiquery/prose/number"),
+    needle_items=1,
+    loss_items=2,
+    window=256,
+)
+
+FULL = Plan(
+    name="full",
+    lengths=(4096,),
+    sinks=4,
+    tails=(1024,),
+    splits=(15, 17, 18, 20),
+    needle_tasks=ALL_NEEDLES,
+    needle_items=6,
+    loss_items=20,
+    window=1024,
+)
+
+PROFILES = {p.name: p for p in (QUICK, FULL)}
+
+
+def get(name: str) -> Plan:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(f"unknown profile {name!r} (one of {', '.join(PROFILES)})") from None

@@ -1,0 +1,182 @@
+"""One invocation: every variant on the same items, over splits, tails and prompt lengths.
+
+Output directory:
+  items/*.json     the items (tokens included), reused by a rerun so it sees the same ones
+  results.jsonl    one record per (item, variant, split, sinks, tail), appended as measured;
+                   a rerun skips the records already there (resume)
+  results.json     run description, summary rows with paired-bootstrap intervals, all records
+  summary.md       the summary as markdown tables
+  plots/*.png      metric vs split / tail / length, where the sweep has more than one value
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from .. import runtime
+from . import items as items_io
+from . import loss, measure, needle, report
+from .profiles import Plan
+from .session import DEFAULT_VARIANTS, Session, Variant
+from .store import ResultStore
+
+TASKS = ("needle", "loss")
+
+
+@dataclass(frozen=True)
+class Job:
+    task: str
+    item: object  # NeedleItem | LossItem
+    variant: Variant
+    split: int | None  # None for exact (it does not depend on the split)
+    sinks: int
+    tail: int
+
+    def key(self) -> tuple:
+        return (self.task, self.item.id, self.variant.name, self.split, self.sinks, self.tail)
+
+    def fields(self) -> dict:
+        group = self.item.task if self.task == "needle" else "loss"
+        return {"task": self.task, "group": group, "item": self.item.id, "cluster": self.item.cluster,
+                "variant": self.variant.name, "mode": self.variant.mode, "split": self.split, "sinks": self.sinks,
+                "tail": self.tail, "n_tokens": self.item.n_tokens}
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    n_jobs: int
+    n_run: int  # measured in this invocation
+    n_resumed: int  # found in results.jsonl
+    unavailable: list[str] = field(default_factory=list)  # variant@split without maps
+    seconds: float = 0.0
+    document: dict = field(default_factory=dict)  # what results.json holds
+
+
+def placement_tail(tails: Sequence[int], n_tokens: int) -> int:
+    """Needles go inside the filled region of the largest tail that leaves one."""
+    return max((t for t in tails if t < n_tokens), default=0)
+
+
+def tokenizer_id(model) -> str:
+    return f"{model.metadata.get('tokenizer.ggml.model', '')}/{model.n_vocab}/{model.bos}"
+
+
+def make_items(model, plan: Plan, item_dir: Path) -> dict[str, list]:
+    """Items of every task and length, loaded from item_dir when saved with the same parameters."""
+    out: dict[str, list] = {"needle": [], "loss": []}
+    for n in plan.lengths:
+        if "needle" in plan.tasks:
+            for name in plan.needle_tasks:
+                spec = needle.TaskSpec.parse(name)
+                tail = placement_tail(plan.tails, n)
+                params = {"task": spec.name, "n_tokens": n, "sinks": plan.sinks, "tail": tail,
+                          "n_items": plan.needle_items, "seed": plan.seed, "tokenizer": tokenizer_id(model)}
+                path = item_dir / f"needle-{spec.name.replace('/', '-')}-N{n}.json"
+                out["needle"] += items_io.load_or_make(path, "needle", params, lambda: needle.generate(
+                    model, spec, n, plan.sinks, tail, plan.needle_items, plan.seed))
+        if "loss" in plan.tasks:
+            params = {"n_tokens": n, "n_items": plan.loss_items, "seed": plan.seed, "tokenizer": tokenizer_id(model)}
+            out["loss"] += items_io.load_or_make(item_dir / f"loss-N{n}.json", "loss", params,
+                                                 lambda: loss.generate(model, n, plan.loss_items, plan.seed))
+    return out
+
+
+def jobs(items: dict[str, list], plan: Plan, splits: Sequence[int], variants: Sequence[Variant]) -> Iterator[Job]:
+    """Exact first for each item and tail (loss needs its reference), then the fill variants."""
+    for task in plan.tasks:
+        for item in items[task]:
+            for tail in plan.tails:
+                for v in variants:
+                    if v.mode == "exact":
+                        yield Job(task, item, v, None, plan.sinks, tail)
+                for split in splits:
+                    for v in variants:
+                        if v.mode != "exact":
+                            yield Job(task, item, v, split, plan.sinks, tail)
+
+
+def resolve_splits(plan: Plan, session: Session) -> list[int]:
+    if plan.splits:
+        return list(plan.splits)
+    found = session.map_splits()
+    if not found:
+        raise ValueError(f"{session.base.path} has no ridge maps; give the split layer(s) to measure")
+    return found
+
+
+def execute(session: Session, job: Job, plan: Plan, store: ResultStore) -> dict | None:
+    ctx = session.context(job.variant, job.split)
+    if ctx is None:
+        return None
+    hook = job.variant.hook
+    if job.task == "needle":
+        rec = measure.needle_record(ctx, job.item, job.sinks, job.tail, hook)
+    else:
+        ref = store.get(("loss", job.item.id, "exact", None, job.sinks, job.tail))
+        distant = None if job.variant.name == "exact" else ref["distant"]
+        rec = measure.loss_record(ctx, job.item, job.sinks, job.tail, distant, plan.window, hook)
+    return {**job.fields(), **rec}
+
+
+def check_plan(plan: Plan, variants: Sequence[Variant]) -> None:
+    unknown = set(plan.tasks) - set(TASKS)
+    if unknown:
+        raise ValueError(f"unknown task(s) {sorted(unknown)} (one of {', '.join(TASKS)})")
+    if "loss" in plan.tasks and "exact" not in [v.name for v in variants]:
+        raise ValueError("the loss task needs the exact variant: it defines the distant-dependent tokens")
+    if not plan.lengths or not plan.tails:
+        raise ValueError("a plan needs at least one length and one tail")
+
+
+def run(session: Session, plan: Plan, out_dir: str | Path, variants: Sequence[Variant] = DEFAULT_VARIANTS,
+        progress: bool = True, log: Callable[[str], None] = lambda msg: None, plots: bool = True) -> RunResult:
+    """Measure every job not yet in out_dir/results.jsonl, then write the summary files."""
+    from tqdm import tqdm
+
+    t0 = time.monotonic()
+    check_plan(plan, variants)
+    out = Path(out_dir)
+    store = ResultStore(out / "results.jsonl")
+    splits = resolve_splits(plan, session)
+    all_jobs = list(jobs(make_items(session.base, plan, out / "items"), plan, splits, variants))
+    unavailable = sorted({f"{j.variant.name}@{j.split}" for j in all_jobs if session.model_for(j.variant, j.split) is None})
+    for u in unavailable:
+        log(f"skipping {u}: no model with ridge maps at that split")
+    todo = [j for j in all_jobs if j.key() not in store and session.model_for(j.variant, j.split) is not None]
+    result = RunResult(out, len(all_jobs), 0, sum(j.key() in store for j in all_jobs), unavailable)
+    with tqdm(total=len(todo), desc=f"eval {plan.name}", unit="run", disable=not progress) as bar:
+        for job in todo:
+            bar.set_postfix_str(f"{job.item.id} {job.variant.name} s={job.split} T={job.tail}", refresh=False)
+            rec = execute(session, job, plan, store)
+            if rec is not None:
+                store.append(rec)
+                result.n_run += 1
+            bar.update()
+    keys = {j.key() for j in all_jobs}
+    records = [r for r in store.all() if (r["task"], r["item"], r["variant"], r["split"], r["sinks"], r["tail"]) in keys]
+    result.seconds = time.monotonic() - t0
+    result.document = write_outputs(out, plan, session, variants, records, result, plots)
+    return result
+
+
+def write_outputs(out: Path, plan: Plan, session: Session, variants, records: list[dict], result: RunResult,
+                  plots: bool) -> dict:
+    rows = report.summarize(records, n_boot=plan.n_boot, seed=plan.seed)
+    doc = {
+        "run": {"plan": asdict(plan), "models": session.describe(), "variants": [v.name for v in variants],
+                "libllama": runtime.version(), "n_jobs": result.n_jobs, "n_run": result.n_run,
+                "n_resumed": result.n_resumed, "unavailable": result.unavailable,
+                "seconds": round(result.seconds, 1)},
+        "summary": rows,
+        "records": records,
+    }
+    (out / "results.json").write_text(json.dumps(doc, indent=1))
+    (out / "summary.md").write_text(report.markdown(rows, plan))
+    if plots:
+        report.plot(rows, out / "plots")
+    return doc

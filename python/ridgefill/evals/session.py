@@ -1,0 +1,86 @@
+"""Models and contexts of one evaluation run, and the fill variants measured on them.
+
+Exact and identity run on the first model; ridge at split s runs on the model whose maps
+were fitted at s (a GGUF's ridgefill.split_layer), and is unavailable at other splits.
+One context per model, reused for every item; the fill mode is set per measurement.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..runtime import Context, Model
+from .prefill import Hook
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named way to prefill: a fill mode, and optionally a hook run after the head rows."""
+
+    name: str
+    mode: str  # exact | identity | ridge
+    hook: Hook | None = None
+
+
+EXACT, IDENTITY, RIDGE = Variant("exact", "exact"), Variant("identity", "identity"), Variant("ridge", "ridge")
+DEFAULT_VARIANTS = (EXACT, IDENTITY, RIDGE)
+
+
+def variants_named(names: Sequence[str]) -> tuple[Variant, ...]:
+    known = {v.name: v for v in DEFAULT_VARIANTS}
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise ValueError(f"unknown mode(s) {', '.join(bad)} (one of {', '.join(known)})")
+    return tuple(known[n] for n in names)
+
+
+class Session:
+    def __init__(self, paths: Sequence[str | os.PathLike], n_ctx: int, threads: int | None = None,
+                 n_gpu_layers: int = 0, n_batch: int = 2048, n_ubatch: int = 512):
+        if not paths:
+            raise ValueError("an evaluation needs at least one model")
+        self.models = [Model(p, n_gpu_layers=n_gpu_layers) for p in paths]
+        check_same_base(self.models)
+        self.ctx_args = dict(n_ctx=n_ctx, n_batch=min(n_batch, n_ctx), n_ubatch=min(n_ubatch, n_batch, n_ctx),
+                             threads=threads)
+        self._ctx: dict[int, Context] = {}
+
+    @property
+    def base(self) -> Model:
+        return self.models[0]
+
+    def map_splits(self) -> list[int]:
+        return sorted({m.rf_split_layer for m in self.models if m.rf_split_layer > 0})
+
+    def model_for(self, variant: Variant, split: int | None) -> Model | None:
+        if variant.mode != "ridge":
+            return self.base
+        return next((m for m in self.models if m.rf_split_layer > 0 and m.rf_split_layer == split), None)
+
+    def context(self, variant: Variant, split: int | None) -> Context | None:
+        """The context for `variant` at `split`, fill mode set; None when ridge has no maps there."""
+        model = self.model_for(variant, split)
+        if model is None:
+            return None
+        i = self.models.index(model)
+        if i not in self._ctx:
+            self._ctx[i] = model.context(**self.ctx_args)
+        ctx = self._ctx[i]
+        ctx.set_fill(variant.mode, None if variant.mode == "exact" else split)
+        return ctx
+
+    def describe(self) -> list[dict]:
+        return [{"path": str(m.path), "split": m.rf_split_layer, "base_sha256": m.metadata.get("ridgefill.base_sha256")}
+                for m in self.models]
+
+
+def check_same_base(models: Sequence[Model]) -> None:
+    """Augmented GGUFs must share one base model (and the first model's layer count)."""
+    shas = {m.metadata["ridgefill.base_sha256"] for m in models if "ridgefill.base_sha256" in m.metadata}
+    if len(shas) > 1:
+        raise ValueError("the models were fitted on different base models: " + ", ".join(sorted(shas)))
+    shapes = {(m.n_layer, m.n_embd, m.n_vocab) for m in models}
+    if len(shapes) > 1:
+        raise ValueError(f"the models differ in shape (n_layer, n_embd, n_vocab): {sorted(shapes)}")
