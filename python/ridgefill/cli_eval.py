@@ -1,0 +1,120 @@
+"""`ridgefill eval needle|loss|sweep`: argument parsing and output; the work is in ridgefill.evals.
+
+Wire into the main parser with `add_eval_parser(sub)`; `python -m ridgefill.cli_eval eval ...`
+runs it standalone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .evals import profiles
+
+COMMANDS = {
+    "needle": (("needle",), "needle retrieval with every needle inside the filled region [k, N-T)"),
+    "loss": (("loss",), "loss on distant-dependent tail tokens (LongPPL-style) and on all tail tokens"),
+    "sweep": (("needle", "loss"), "both measurements, on the same sweep"),
+}
+MAX_NEW = 256  # room after the prompt for generated answers
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return vals
+
+
+def str_list(text: str) -> tuple[str, ...]:
+    return tuple(x for x in text.replace(" ", "").split(",") if x)
+
+
+def add_eval_parser(sub) -> argparse.ArgumentParser:
+    ev = sub.add_parser("eval", help="quality of split prefill: needles, distant-token loss, bootstrap intervals")
+    es = ev.add_subparsers(dest="eval_cmd", required=True)
+    for name, (tasks, help_text) in COMMANDS.items():
+        p = es.add_parser(name, help=help_text, description=help_text)
+        _add_args(p)
+        p.set_defaults(func=cmd_eval, eval_tasks=tasks)
+    return ev
+
+
+def _add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", action="append", metavar="GGUF",
+                   help="augmented GGUF (repeatable: ridge at split s uses the one fitted at s; exact and identity "
+                        "use the first); default: the default model fitted at the demo's split (fitted if not cached)")
+    p.add_argument("--profile", choices=sorted(profiles.PROFILES), default="quick", help="measurement plan (default quick)")
+    p.add_argument("--out", metavar="DIR", help="output directory (default ridgefill-eval-PROFILE); "
+                                                "a rerun with the same directory resumes")
+    p.add_argument("--json", action="store_true", help="print results.json (summary and per-item records) to stdout")
+    p.add_argument("--seed", type=int, help="item generation and bootstrap seed")
+    p.add_argument("--split", type=int_list, metavar="S[,S...]", help="split layers (default: the profile's, "
+                                                                       "else the maps' split)")
+    p.add_argument("--sinks", type=int, metavar="K", help="sink rows k")
+    p.add_argument("--tail", type=int_list, metavar="T[,T...]", help="tail rows T")
+    p.add_argument("--lengths", type=int_list, metavar="N[,N...]", help="prompt lengths in tokens")
+    p.add_argument("--modes", type=str_list, default=("exact", "identity", "ridge"),
+                   help="variants to run (default exact,identity,ridge)")
+    p.add_argument("--needle-tasks", type=str_list, metavar="TASK[,TASK...]",
+                   help="needle tasks as task/haystack/value, e.g. single/noise/uuid,multikey/prose/number")
+    p.add_argument("--items", type=int, metavar="N", help="needle items per task and length")
+    p.add_argument("--docs", type=int, metavar="N", help="documents per length for the loss")
+    p.add_argument("--window", type=int, metavar="W", help="short-context window of the distant-token criterion")
+    p.add_argument("--bootstrap", type=int, metavar="B", help="bootstrap replicates (default 10000)")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--gpu-layers", type=int, default=0, help="layers offloaded to a GPU build")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def plan_from_args(args) -> profiles.Plan:
+    return profiles.get(args.profile).with_(
+        lengths=args.lengths, tails=args.tail, splits=args.split, sinks=args.sinks, seed=args.seed,
+        needle_tasks=args.needle_tasks, needle_items=args.items, loss_items=args.docs, window=args.window,
+        n_boot=args.bootstrap, tasks=args.eval_tasks)
+
+
+def default_models(threads: int | None) -> list[Path]:
+    from . import demo, models
+
+    base = models.fetch_model(models.DEFAULT_MODEL)
+    print(f"model: {models.DEFAULT_MODEL} with maps at split {demo.SPLIT} (fitted and cached on first use)",
+          file=sys.stderr, flush=True)
+    return [demo.fitted_model(base, demo.SPLIT, threads)]
+
+
+def cmd_eval(args) -> int:
+    from .evals import runner
+    from .evals.session import Session, variants_named
+
+    plan = plan_from_args(args)
+    variants = variants_named(args.modes)
+    paths = args.model or default_models(args.threads)
+    out = Path(args.out or f"ridgefill-eval-{plan.name}")
+    session = Session(paths, n_ctx=max(plan.lengths) + MAX_NEW, threads=args.threads, n_gpu_layers=args.gpu_layers)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    res = runner.run(session, plan, out, variants, progress=not args.quiet, log=log, plots=not args.no_plots)
+    if args.json:
+        print(json.dumps(res.document, indent=1))
+    else:
+        print(Path(out / "summary.md").read_text())
+        log(f"{res.n_run} measured, {res.n_resumed} resumed, {res.seconds:.0f} s; results in {out}/")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ridgefill")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    add_eval_parser(sub)
+    args = ap.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
