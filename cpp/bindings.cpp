@@ -5,6 +5,7 @@
 
 #include "llama.h"
 #include "llama-ext.h"
+#include "llama-rf-state.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -83,6 +84,16 @@ llama_rf_mode parse_rf_mode(const std::string & v) {
     if (v == "ridge")    return LLAMA_RF_MODE_RIDGE;
     throw py::value_error("fill mode must be 'exact', 'identity' or 'ridge', not '" + v + "'");
 }
+
+llama_rf_part parse_rf_part(const std::string & v) {
+    if (v == "k")    return LLAMA_RF_PART_K;
+    if (v == "v")    return LLAMA_RF_PART_V;
+    if (v == "conv") return LLAMA_RF_PART_CONV;
+    if (v == "ssm")  return LLAMA_RF_PART_SSM;
+    throw py::value_error("state part must be 'k', 'v', 'conv' or 'ssm', not '" + v + "'");
+}
+
+bool is_recurrent(llama_rf_part p) { return p == LLAMA_RF_PART_CONV || p == LLAMA_RF_PART_SSM; }
 
 llama_flash_attn_type parse_flash_attn(const std::string & v) {
     if (v == "auto") return LLAMA_FLASH_ATTN_TYPE_AUTO;
@@ -422,6 +433,46 @@ class Context {
 
     void reset_fill_counts() { llama_rf_reset_counts(ctx_); }
 
+    // cached K/V rows (positions [p0, p1)) or recurrent state of one layer, as float32 (n_rows, row_size)
+    f32_array state_get(int32_t il, const std::string & part, int32_t seq_id, int32_t p0, int32_t p1) {
+        const llama_rf_part pt = parse_rf_part(part);
+        const int32_t width = row_size(il, pt, part);
+        const int32_t n_max = is_recurrent(pt) ? 1 : std::max(0, (p1 < 0 ? (int32_t) llama_n_ctx(ctx_) : p1) - std::max(0, p0));
+        std::vector<float> buf((size_t) n_max * width);
+        clear_log_tail();
+        const int32_t n = llama_rf_state_get(ctx_, il, seq_id, p0, p1, pt, buf.data(), buf.size());
+        if (n < 0) {
+            throw py::value_error("cannot read " + part + " of layer " + std::to_string(il) + ": " + take_log_tail());
+        }
+        f32_array out({(py::ssize_t) n, (py::ssize_t) width});
+        std::memcpy(out.mutable_data(), buf.data(), sizeof(float) * (size_t) n * width);
+        return out;
+    }
+
+    int32_t row_size(int32_t il, llama_rf_part pt, const std::string & part) {
+        clear_log_tail();
+        const int32_t width = llama_rf_state_row_size(ctx_, il, pt);
+        if (width < 0) {
+            throw py::value_error("layer " + std::to_string(il) + " has no '" + part + "' state: " + take_log_tail());
+        }
+        return width;
+    }
+
+    int32_t state_set(int32_t il, const std::string & part, int32_t seq_id, int32_t p0, int32_t p1,
+                      const py::array_t<float, py::array::c_style | py::array::forcecast> & values) {
+        const llama_rf_part pt = parse_rf_part(part);
+        const int32_t width = row_size(il, pt, part);
+        if (values.ndim() != 2 || values.shape(1) != width) {
+            throw py::value_error("values must have shape (n_rows, " + std::to_string(width) + ")");
+        }
+        clear_log_tail();
+        const int32_t n = llama_rf_state_set(ctx_, il, seq_id, p0, p1, pt, values.data(), (size_t) values.size());
+        if (n < 0) {
+            throw py::value_error("cannot write " + part + " of layer " + std::to_string(il) + ": " + take_log_tail());
+        }
+        return n;
+    }
+
     void memory_clear() { llama_memory_clear(llama_get_memory(ctx_), true); }
 
     bool seq_rm(int32_t seq_id, int32_t p0, int32_t p1) { return llama_memory_seq_rm(llama_get_memory(ctx_), seq_id, p0, p1); }
@@ -544,6 +595,10 @@ PYBIND11_MODULE(_core, m) {
         .def("set_fill_range", &Context::set_fill_range, py::arg("seq_id"), py::arg("p0"), py::arg("p1"))
         .def("fill_counts", &Context::fill_counts)
         .def("reset_fill_counts", &Context::reset_fill_counts)
+        .def("state_get", &Context::state_get, py::arg("layer"), py::arg("part"), py::arg("seq_id") = 0,
+             py::arg("p0") = 0, py::arg("p1") = -1)
+        .def("state_set", &Context::state_set, py::arg("layer"), py::arg("part"), py::arg("seq_id") = 0,
+             py::arg("p0") = 0, py::arg("p1") = -1, py::arg("values"))
         .def("memory_clear", &Context::memory_clear)
         .def("seq_rm", &Context::seq_rm, py::arg("seq_id"), py::arg("p0") = -1, py::arg("p1") = -1)
         .def("seq_pos_max", &Context::seq_pos_max, py::arg("seq_id") = 0)

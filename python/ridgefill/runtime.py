@@ -179,30 +179,41 @@ class Context:
         on_chunk: Callable[["Context", int, int], None] | None = None,
         sinks: int | None = None,
         tail: int | None = None,
+        before_tail: Callable[["Context"], None] | None = None,
     ) -> PrefillResult:
         """Decode a prompt of any length in n_batch chunks; logits of the last row only.
 
         With a fill mode set, rows [k, N-T) are filled (k = sinks, T = tail; defaults from the
         model's ridgefill metadata); the first k and last T rows run the full model.
         `on_chunk(ctx, start, n)` runs after each decode call, e.g. to read captured layer inputs.
+        `before_tail(ctx)` runs once the rows before the tail are in the cache and before the tail
+        is decoded (in every mode, so that exact and fill runs see the same batches), e.g. to
+        splice exact K/V into the filled rows.
         """
         tokens = np.asarray(tokens, dtype=np.int32)
-        rng = (0, 0)
-        if self.fill_mode != "exact":
-            sinks = self.model.rf_sink_rows if sinks is None else sinks
-            tail = self.model.rf_tail_rows if tail is None else tail
-            rng = fill_range(len(tokens), sinks, tail, pos0)
+        sinks = self.model.rf_sink_rows if sinks is None else sinks
+        tail = self.model.rf_tail_rows if tail is None else tail
+        rng = fill_range(len(tokens), sinks, tail, pos0)
+        if self.fill_mode == "exact":
+            rng = (0, 0)
+        cut = len(tokens) - tail if before_tail is not None and 0 < len(tokens) - tail else None
         self._c.set_fill_range(seq_id, *rng)
         self._c.reset_fill_counts()
         try:
-            res = self._prefill(tokens, pos0, seq_id, on_chunk)
+            if cut is None:
+                res = self._prefill(tokens, pos0, seq_id, on_chunk)
+            else:
+                self._prefill(tokens[:cut], pos0, seq_id, on_chunk, last_output=False)
+                before_tail(self)
+                res = self._prefill(tokens[cut:], pos0 + cut, seq_id, on_chunk)
+                res.n_tokens = len(tokens)
         finally:
             self._c.set_fill_range(seq_id, 0, 0)  # later decodes at these positions run exact
         res.n_filled, res.n_full = self._c.fill_counts()
         res.fill_range = rng
         return res
 
-    def _prefill(self, tokens, pos0, seq_id, on_chunk) -> PrefillResult:
+    def _prefill(self, tokens, pos0, seq_id, on_chunk, last_output: bool = True) -> PrefillResult:
         if tokens.ndim != 1 or len(tokens) == 0:
             raise ValueError("prefill needs a non-empty 1-D token array")
         if pos0 + len(tokens) > self.n_ctx:
@@ -211,13 +222,14 @@ class Context:
         t0 = time.perf_counter()
         for start in range(0, len(tokens), self.n_batch):
             piece = tokens[start : start + self.n_batch]
-            last = start + len(piece) == len(tokens)
+            last = last_output and start + len(piece) == len(tokens)
             self._c.decode(piece, pos0 + start, seq_id, "last" if last else "none")
             chunks.append((start, len(piece)))
             if on_chunk is not None:
                 on_chunk(self, start, len(piece))
         seconds = time.perf_counter() - t0
-        return PrefillResult(len(tokens), seconds, self._c.logits()[0], chunks)
+        logits = self._c.logits()[0] if last_output else np.empty(0, np.float32)
+        return PrefillResult(len(tokens), seconds, logits, chunks)
 
     def continuation_logprobs(self, prefix, continuation, seq_id: int = 0) -> np.ndarray:
         """log p(continuation[i] | prefix, continuation[:i]) for every i, after clearing `seq_id`.
@@ -263,6 +275,20 @@ class Context:
             logits = self._c.logits()[0]
             pos += 1
         return out
+
+    # ---- cache access (splice tests) ----------------------------------------------------
+
+    def state_get(self, layer: int, part: str, p0: int = 0, p1: int = -1, seq_id: int = 0) -> np.ndarray:
+        """Cached rows of one layer as float32 (n_rows, row_size).
+
+        part: 'k' or 'v' (rows at positions [p0, p1), in position order; p1 = -1: to the end)
+        or 'conv' / 'ssm' (the sequence's recurrent state, one row). F32/F16 caches only.
+        """
+        return self._c.state_get(layer, part, seq_id, p0, p1)
+
+    def state_set(self, layer: int, part: str, values: np.ndarray, p0: int = 0, p1: int = -1, seq_id: int = 0) -> int:
+        """Overwrite what state_get(layer, part, p0, p1) returns; values must have its shape."""
+        return self._c.state_set(layer, part, seq_id, p0, p1, np.asarray(values, dtype=np.float32))
 
     def clear(self) -> None:
         self._c.memory_clear()

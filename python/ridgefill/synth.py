@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -56,11 +57,32 @@ def identity_maps(base: str | os.PathLike, split: int, out: str | os.PathLike, m
 
 # ---- shape-faithful random-weight models (speed only) ----------------------------------
 
+@dataclass(frozen=True)
+class Shape:
+    arch: str
+    n_layer: int
+    d: int
+    n_head: int
+    n_kv: int
+    head_dim: int
+    d_ff: int
+    qk_norm: bool = False  # per-head RMS norm of Q and K (qwen3)
+    qkv_bias: bool = False  # biases on Q, K, V (qwen2)
+    n_expert: int = 0  # MoE FFN: experts, experts per token, expert FFN width
+    n_expert_used: int = 0
+    d_ff_exp: int = 0
+
+
 SHAPES = {
-    # name: (arch, n_layer, d, n_head, n_head_kv, head_dim, d_ff)
-    "tiny-llama": ("llama", 8, 256, 4, 2, 64, 768),
-    "llama-3.2-1b": ("llama", 16, 2048, 32, 8, 64, 8192),
-    "llama-3.1-8b": ("llama", 32, 4096, 32, 8, 128, 14336),
+    "tiny-llama": Shape("llama", 8, 256, 4, 2, 64, 768),
+    "tiny-qwen2": Shape("qwen2", 8, 256, 4, 2, 64, 768, qkv_bias=True),
+    "tiny-qwen3": Shape("qwen3", 8, 256, 4, 2, 64, 768, qk_norm=True),
+    "tiny-qwen3moe": Shape("qwen3moe", 8, 256, 4, 2, 64, 768, qk_norm=True, n_expert=8, n_expert_used=2, d_ff_exp=128),
+    "llama-3.2-1b": Shape("llama", 16, 2048, 32, 8, 64, 8192),
+    "llama-3.1-8b": Shape("llama", 32, 4096, 32, 8, 128, 14336),
+    "qwen3-8b": Shape("qwen3", 36, 4096, 32, 8, 128, 12288, qk_norm=True),
+    "qwen3-30b-a3b": Shape("qwen3moe", 48, 2048, 32, 4, 128, 6144, qk_norm=True,
+                           n_expert=128, n_expert_used=8, d_ff_exp=768),
 }
 
 
@@ -75,33 +97,17 @@ def random_model(shape: str, out: str | os.PathLike, tokenizer_from: str | os.Pa
 
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
-    arch, n_layer, d, n_head, n_kv, hd, d_ff = SHAPES[shape]
+    sh = SHAPES[shape]
     qtype = {"f16": gguf.GGMLQuantizationType.F16, "q8_0": gguf.GGMLQuantizationType.Q8_0}[weight_type]
     src = open_gguf(tokenizer_from)
     rng = np.random.default_rng(seed)
     n_vocab = len(src.fields["tokenizer.ggml.tokens"].data)
-
-    def w(rows, cols, scale=1.0):
-        return (rng.standard_normal((rows, cols), dtype=np.float32) * (scale / np.sqrt(cols))).astype(np.float32)
-
-    res = 1.0 / np.sqrt(2 * n_layer)
-    tensors = [("token_embd.weight", w(n_vocab, d, np.sqrt(d))), ("output_norm.weight", np.ones(d, np.float32)),
-               ("output.weight", w(n_vocab, d))]
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        tensors += [
-            (p + "attn_norm.weight", np.ones(d, np.float32)),
-            (p + "attn_q.weight", w(n_head * hd, d)), (p + "attn_k.weight", w(n_kv * hd, d)),
-            (p + "attn_v.weight", w(n_kv * hd, d)), (p + "attn_output.weight", w(d, n_head * hd, res)),
-            (p + "ffn_norm.weight", np.ones(d, np.float32)),
-            (p + "ffn_gate.weight", w(d_ff, d)), (p + "ffn_up.weight", w(d_ff, d)),
-            (p + "ffn_down.weight", w(d, d_ff, res)),
-        ]
+    tensors = _random_tensors(sh, n_vocab, rng)
 
     out = Path(out)
     part = out.with_name(f".{out.name}.part")
     try:
-        _write_random(gguf, part, arch, shape, n_layer, n_ctx, d, d_ff, n_head, n_kv, hd, src, tensors, qtype)
+        _write_random(gguf, part, shape, sh, n_ctx, src, tensors, qtype)
         os.replace(part, out)
     except BaseException:
         part.unlink(missing_ok=True)
@@ -109,29 +115,63 @@ def random_model(shape: str, out: str | os.PathLike, tokenizer_from: str | os.Pa
     return out
 
 
-def _write_random(gguf, path, arch, shape, n_layer, n_ctx, d, d_ff, n_head, n_kv, hd, src, tensors, qtype):
-    writer = gguf.GGUFWriter(path, arch=arch)
-    writer.add_name(f"ridgefill-synthetic-{shape}")
-    writer.add_block_count(n_layer)
+def _random_tensors(sh: Shape, n_vocab: int, rng: np.random.Generator):
+    def w(*shape, scale=1.0):
+        return (rng.standard_normal(shape, dtype=np.float32) * (scale / np.sqrt(shape[-1]))).astype(np.float32)
+
+    d, hq, hkv = sh.d, sh.n_head * sh.head_dim, sh.n_kv * sh.head_dim
+    res = 1.0 / np.sqrt(2 * sh.n_layer)
+    ones = lambda n: np.ones(n, np.float32)  # noqa: E731
+    bias = lambda n: (0.1 * rng.standard_normal(n)).astype(np.float32)  # noqa: E731
+    tensors = [("token_embd.weight", w(n_vocab, d, scale=np.sqrt(d))), ("output_norm.weight", ones(d)),
+               ("output.weight", w(n_vocab, d))]
+    for i in range(sh.n_layer):
+        p = f"blk.{i}."
+        tensors += [(p + "attn_norm.weight", ones(d)),
+                    (p + "attn_q.weight", w(hq, d)), (p + "attn_k.weight", w(hkv, d)), (p + "attn_v.weight", w(hkv, d)),
+                    (p + "attn_output.weight", w(d, hq, scale=res)), (p + "ffn_norm.weight", ones(d))]
+        if sh.qkv_bias:
+            tensors += [(p + "attn_q.bias", bias(hq)), (p + "attn_k.bias", bias(hkv)), (p + "attn_v.bias", bias(hkv))]
+        if sh.qk_norm:
+            tensors += [(p + "attn_q_norm.weight", ones(sh.head_dim)), (p + "attn_k_norm.weight", ones(sh.head_dim))]
+        if sh.n_expert:
+            e, f = sh.n_expert, sh.d_ff_exp
+            tensors += [(p + "ffn_gate_inp.weight", w(e, d)),
+                        (p + "ffn_gate_exps.weight", w(e, f, d)), (p + "ffn_up_exps.weight", w(e, f, d)),
+                        (p + "ffn_down_exps.weight", w(e, d, f, scale=res))]
+        else:
+            tensors += [(p + "ffn_gate.weight", w(sh.d_ff, d)), (p + "ffn_up.weight", w(sh.d_ff, d)),
+                        (p + "ffn_down.weight", w(d, sh.d_ff, scale=res))]
+    return tensors
+
+
+def _write_random(gguf, path, name, sh: Shape, n_ctx, src, tensors, qtype):
+    writer = gguf.GGUFWriter(path, arch=sh.arch)
+    writer.add_name(f"ridgefill-synthetic-{name}")
+    writer.add_block_count(sh.n_layer)
     writer.add_context_length(n_ctx)
-    writer.add_embedding_length(d)
-    writer.add_feed_forward_length(d_ff)
-    writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_kv)
-    writer.add_key_length(hd)
-    writer.add_value_length(hd)
-    writer.add_rope_dimension_count(hd)
+    writer.add_embedding_length(sh.d)
+    writer.add_feed_forward_length(sh.d_ff)
+    writer.add_head_count(sh.n_head)
+    writer.add_head_count_kv(sh.n_kv)
+    writer.add_key_length(sh.head_dim)
+    writer.add_value_length(sh.head_dim)
+    writer.add_rope_dimension_count(sh.head_dim)
     writer.add_rope_freq_base(500000.0)
     writer.add_layer_norm_rms_eps(1e-5)
+    if sh.n_expert:
+        writer.add_expert_count(sh.n_expert)
+        writer.add_expert_used_count(sh.n_expert_used)
+        writer.add_expert_feed_forward_length(sh.d_ff_exp)
     for f in src.fields.values():
         if f.name.startswith("tokenizer."):
             vtype = f.types[0]
             sub = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
             writer.add_key_value(f.name, f.contents(), vtype, sub_type=sub)
     for name, arr in tensors:
-        if arr.ndim == 2 and qtype != gguf.GGMLQuantizationType.F16:
+        if arr.ndim >= 2 and qtype != gguf.GGMLQuantizationType.F16:
             writer.add_tensor(name, gguf.quants.quantize(arr, qtype), raw_dtype=qtype)
-        elif arr.ndim == 2:
+        elif arr.ndim >= 2:
             writer.add_tensor(name, arr.astype(np.float16))
         else:
             writer.add_tensor(name, arr)
