@@ -69,6 +69,22 @@ def test_bootstrap_rejects_bad_input():
 def test_pairs():
     assert stats.pairs(["exact", "identity", "ridge"]) == [("identity", "exact"), ("ridge", "exact"), ("ridge", "identity")]
     assert stats.pairs(["identity", "ridge"]) == [("ridge", "identity")]
+    assert ("ridge+keys", "exact") in stats.pairs(["exact", "ridge", "ridge+keys"])
+
+
+def test_variants_by_name_and_registered_hooks():
+    from ridgefill.evals import session as sess
+
+    assert sess.variants_named(["exact", "ridge"]) == (sess.EXACT, sess.RIDGE)
+    with pytest.raises(ValueError, match="unknown mode"):
+        sess.variants_named(["fast"])
+    v = sess.register(Variant("ridge+probe", "ridge", prefill.context_hook(lambda ctx: None)))
+    try:
+        assert sess.variants_named(["ridge+probe"]) == (v,)
+    finally:
+        del sess.REGISTRY["ridge+probe"]
+    with pytest.raises(ValueError, match="fill mode"):
+        sess.register(Variant("x", "fast"))
 
 
 # ---- result store (resume) ------------------------------------------------------------------
@@ -202,33 +218,34 @@ def mapped(smollm2_path, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def session(mapped):
-    return Session([mapped], n_ctx=1024 + 256, threads=2, n_batch=512, n_ubatch=256)
+    # one thread: two llama.cpp threads on two shared cores stall badly when anything else runs
+    return Session([mapped], n_ctx=512 + 256, threads=1, n_batch=512, n_ubatch=256)
 
 
 def _plan(**kw):
-    base = profiles.Plan(name="test", lengths=(384,), sinks=4, tails=(96,), splits=(SPLIT,),
-                         needle_tasks=("single/noise/number",), needle_items=1, loss_items=1, window=96, n_boot=500)
+    base = profiles.Plan(name="test", lengths=(256,), sinks=4, tails=(64,), splits=(SPLIT,),
+                         needle_tasks=("single/noise/number",), needle_items=1, loss_items=1, window=64, n_boot=500)
     return base.with_(**kw)
 
 
 @pytest.mark.slow
 def test_hook_runs_between_the_filled_rows_and_the_tail(session, smollm2):
-    item = needle.generate(smollm2, needle.TaskSpec(), 384, 4, 96, 1, seed=0)[0]
+    item = needle.generate(smollm2, needle.TaskSpec(), 256, 4, 64, 1, seed=0)[0]
     seen = []
 
     def hook(head: prefill.Head):
         seen.append((head.stop, head.fill_range, head.n_filled, head.ctx.seq_pos_max(head.seq_id)))
 
     ctx = session.context(Variant("ridge+probe", "ridge", hook), SPLIT)
-    rec = runner.measure.needle_record(ctx, item, 4, 96, hook)
-    assert seen == [(288, (4, 288), 284, 287)]
-    assert rec["n_filled"] == 284 and rec["fill_range"] == [4, 288]
+    rec = runner.measure.needle_record(ctx, item, 4, 64, hook)
+    assert seen == [(192, (4, 192), 188, 191)]
+    assert rec["n_filled"] == 188 and rec["fill_range"] == [4, 192]
 
 
 @pytest.mark.slow
 def test_tail_covering_the_prompt_gives_identical_results(session, tmp_path):
     """T >= N: nothing is filled, so every mode scores exactly what exact scores."""
-    plan = _plan(tails=(400,), needle_tasks=("single/noise/number", "multivalue/prose/number"))
+    plan = _plan(tails=(300,), needle_tasks=("multivalue/prose/number",))
     res = runner.run(session, plan, tmp_path, progress=False, plots=False)
     recs = res.document["records"]
     assert {r["variant"] for r in recs} == {"exact", "identity", "ridge"}
@@ -243,18 +260,18 @@ def test_tail_covering_the_prompt_gives_identical_results(session, tmp_path):
 @pytest.mark.slow
 def test_run_structure_and_resume(session, tmp_path):
     """Every variant on the same items, per-item records, summary, tables, plots; a rerun measures nothing."""
-    plan = _plan(tails=(64, 96), needle_tasks=("single/noise/number", "multikey/noise/number"))
+    plan = _plan(tails=(32, 64), needle_tasks=("single/noise/number", "multikey/noise/number"))
     res = runner.run(session, plan, tmp_path, progress=False)
     # 3 items (2 needle, 1 loss) x 2 tails x (exact + identity + ridge at one split)
     assert res.n_jobs == 18 and res.n_run == 18 and res.n_resumed == 0 and res.unavailable == []
     for f in ("results.jsonl", "results.json", "summary.md", "plots/needle-score-vs-tail.png",
-              "plots/loss-loss_all-vs-tail.png", "items/loss-N384.json", "items/needle-multikey-noise-number-N384.json"):
+              "plots/loss-loss_all-vs-tail.png", "items/loss-N256.json", "items/needle-multikey-noise-number-N256.json"):
         assert (tmp_path / f).is_file(), f
     doc = json.loads((tmp_path / "results.json").read_text())
     assert len(doc["records"]) == 18
     for r in doc["records"]:
-        assert r["n_filled"] == (0 if r["variant"] == "exact" else 384 - r["tail"] - 4)
-    rows = [r for r in doc["summary"] if r["group"] == "all" and r["tail"] == 96]
+        assert r["n_filled"] == (0 if r["variant"] == "exact" else 256 - r["tail"] - 4)
+    rows = [r for r in doc["summary"] if r["group"] == "all" and r["tail"] == 64]
     assert set(rows[0]["means"]) == {"exact", "identity", "ridge"}
     assert set(rows[0]["diffs"]) == {"identity-exact", "ridge-exact", "ridge-identity"}
     iv = rows[0]["diffs"]["ridge-exact"]
@@ -274,18 +291,18 @@ def test_run_structure_and_resume(session, tmp_path):
 
 @pytest.mark.slow
 def test_exact_finds_needles_on_short_prompts(session, tmp_path):
-    plan = _plan(lengths=(512,), tails=(128,), needle_items=3, tasks=("needle",),
+    plan = _plan(lengths=(384,), tails=(96,), needle_items=2, tasks=("needle",),
                  needle_tasks=("single/noise/number", "single/prose/number"))
     res = runner.run(session, plan, tmp_path, variants=(EXACT,), progress=False, plots=False)
     scores = [r["score"] for r in res.document["records"]]
-    assert len(scores) == 6 and np.mean(scores) >= 80
+    assert len(scores) == 4 and np.mean(scores) >= 75
 
 
 @pytest.mark.slow
 def test_cli_eval_needle_json(mapped, tmp_path):
     cmd = [sys.executable, "-m", "ridgefill.cli_eval", "eval", "needle", "--model", str(mapped), "--lengths", "256",
            "--tail", "64", "--items", "1", "--needle-tasks", "single/noise/number", "--modes", "exact,ridge",
-           "--out", str(tmp_path), "--json", "--quiet", "--no-plots", "--threads", "2", "--bootstrap", "200"]
+           "--out", str(tmp_path), "--json", "--quiet", "--no-plots", "--threads", "1", "--bootstrap", "200"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)

@@ -26,14 +26,36 @@ class Variant:
 
 EXACT, IDENTITY, RIDGE = Variant("exact", "exact"), Variant("identity", "identity"), Variant("ridge", "ridge")
 DEFAULT_VARIANTS = (EXACT, IDENTITY, RIDGE)
+REGISTRY: dict[str, Variant] = {v.name: v for v in DEFAULT_VARIANTS}
+PLUGINS = ("ridgefill.evals.splice",)  # modules that register more variants when imported
+
+
+def register(variant: Variant) -> Variant:
+    """Make a variant (e.g. a splice: ridge + a hook) selectable by name, as in `--modes`."""
+    if variant.mode not in ("exact", "identity", "ridge"):
+        raise ValueError(f"variant {variant.name!r}: unknown fill mode {variant.mode!r}")
+    REGISTRY[variant.name] = variant
+    return variant
+
+
+def _load_plugins() -> None:
+    import importlib
+
+    for mod in PLUGINS:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as err:
+            if err.name != mod:
+                raise
 
 
 def variants_named(names: Sequence[str]) -> tuple[Variant, ...]:
-    known = {v.name: v for v in DEFAULT_VARIANTS}
-    bad = [n for n in names if n not in known]
+    if any(n not in REGISTRY for n in names):
+        _load_plugins()
+    bad = [n for n in names if n not in REGISTRY]
     if bad:
-        raise ValueError(f"unknown mode(s) {', '.join(bad)} (one of {', '.join(known)})")
-    return tuple(known[n] for n in names)
+        raise ValueError(f"unknown mode(s) {', '.join(bad)} (one of {', '.join(REGISTRY)})")
+    return tuple(REGISTRY[n] for n in names)
 
 
 class Session:
