@@ -42,3 +42,26 @@ def test_bench_refuses_ridge_without_maps(smollm2_path):
     out = _bench(smollm2_path, "--ridgefill", "ridge")
     assert out.returncode == 1
     assert "needs a GGUF with ridge maps, and this model has none" in out.stderr
+
+
+@pytest.mark.slow
+def test_bench_ttft_runs_both_paths_and_plots(smollm2_path, tmp_path):
+    """`ridgefill bench ttft` end to end on a short prompt: llama-bench and llama-server, JSON and PNG."""
+    import json
+    import sys
+
+    png, js = tmp_path / "ttft.png", tmp_path / "ttft.json"
+    out = subprocess.run([sys.executable, "-m", "ridgefill", "bench", "ttft", "--model", str(smollm2_path),
+                          "--lengths", "640", "--runs", "1", "--modes", "exact", "identity", "--split", "15",
+                          "--sinks", "4", "--tail", "128", "--ubatch", "128", "--json", "--json-out", str(js),
+                          "--plot", str(png), "--quiet"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summaries = json.loads(out.stdout)
+    assert set(summaries) == {"llama-bench", "llama-server"} and json.loads(js.read_text()) == summaries
+    for s in summaries.values():
+        row = s["results"][0]
+        assert row["n_tokens"] == 640 and row["ratio_identity"] > 0 and row["bound_identity"] > 1
+        assert row["median_ms"]["exact"] > 0 and row["peak_rss_mb"]["identity"] > 0
+    assert summaries["llama-server"]["results"][0]["fill_rows"]["identity"] == "508 rows filled, 132 full"
+    assert "508 rows filled" in summaries["llama-bench"]["results"][0]["fill_rows"]["identity"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,8 +1,11 @@
-"""TTFT side by side: exact, identity and ridge prefill through the patched llama-bench.
+"""TTFT side by side: exact, identity and ridge prefill through the patched llama-bench and llama-server.
 
 Runs are interleaved (exact, identity, ridge, exact, ...) so that machine noise hits every
-mode alike; each run is a fresh llama-bench process timing one prompt (`-p N -n 0 -r 1`).
-Printed beside each ratio: the cost-model bound and measured/bound.
+mode alike. llama-bench: each run is a fresh process timing one prompt (`-p N -n 0 -r 1`).
+llama-server: one server per fill mode (`-np 1`), exact requests go to one of them through the
+per-request override; each request sends a fresh prompt with `cache_prompt: false` and
+`n_predict: 1`, and TTFT is the request's wall time. Printed beside each ratio: the
+cost-model bound and measured/bound.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from . import costmodel, pack
 from .runtime import Model
-from .server import tool_path
+from .server import LlamaServer, tool_path
 
 
 class BenchError(RuntimeError):
@@ -61,14 +66,7 @@ def run_llama_bench(model: str, n_tokens: int, mode: str, threads: int, batch: i
 def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identity", "ridge"), threads: int = 2,
          sinks: int | None = None, tail: int | None = None, split: int | None = None, batch: int = 2048,
          ubatch: int = 512, progress=print) -> dict:
-    m = Model(model)
-    split = split if split is not None else (m.rf_split_layer or None)
-    if "ridge" in modes and not m.rf_split_layer:
-        raise BenchError(f"{model} has no ridge maps: fit it first (ridgefill fit) or drop the ridge mode")
-    if split is None and any(x != "exact" for x in modes):
-        raise BenchError("no split layer: pass --split for identity fill on a model without maps")
-    sinks = m.rf_sink_rows if sinks is None else sinks
-    tail = m.rf_tail_rows if tail is None else tail
+    m, split, sinks, tail = _resolve(model, modes, split, sinks, tail)
     shape = costmodel.Shape.from_model(m)
     results = []
     for n in lengths:
@@ -82,7 +80,123 @@ def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identit
                     r.rows[mode] = report
                 progress(f"  {n} tokens, run {i + 1}/{runs}, {mode}: {ms:.0f} ms")
         results.append(r)
-    return summarize(model, results, shape, split, sinks, tail, threads, modes)
+    out = summarize(model, results, shape, split, sinks, tail, threads, modes)
+    out["path"] = "llama-bench"
+    return out
+
+
+def _server_prompt(m: Model, n_tokens: int, run: int) -> list[int]:
+    """n_tokens of evaluation prose, a different slice per run (no prefix is ever shared)."""
+    from . import corpus
+
+    toks = m.tokenize("\n\n".join(d.text for d in corpus.evaluation_documents()), add_special=False)
+    start = (run * 7919) % max(1, len(toks) - n_tokens)
+    piece = np.resize(toks[start : start + n_tokens], n_tokens)
+    if m.add_bos:
+        piece[0] = m.bos
+    return [int(t) for t in piece]
+
+
+def _server_args(mode: str, split, sinks, tail, batch, ubatch) -> list[str]:
+    args = ["-b", str(batch), "-ub", str(ubatch), "-fa", "on", "--cache-ram", "0"]
+    if mode != "exact":
+        args += ["--ridgefill", mode, "--ridgefill-sink", str(sinks), "--ridgefill-tail", str(tail)]
+        if split is not None:
+            args += ["--ridgefill-split", str(split)]
+    return args
+
+
+def _peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identity", "ridge"),
+                threads: int = 2, sinks: int | None = None, tail: int | None = None, split: int | None = None,
+                batch: int = 2048, ubatch: int = 512, progress=print) -> dict:
+    """TTFT through llama-server: wall time of a 1-token completion of a fresh N-token prompt."""
+    import time
+
+    m, split, sinks, tail = _resolve(model, modes, split, sinks, tail)
+    fill_modes = [x for x in modes if x != "exact"] or ["exact"]
+    servers = {x: LlamaServer(model, _server_args(x, split, sinks, tail, batch, ubatch), ctx=max(lengths) + 64,
+                              threads=threads) for x in fill_modes}
+    serve = lambda mode: servers.get(mode, servers[fill_modes[0]])  # noqa: E731
+    results = []
+    try:
+        for srv in servers.values():
+            srv.start()
+        for n in lengths:
+            r = LengthResult(n, {mode: [] for mode in modes})
+            for i in range(runs):
+                for j, mode in enumerate(modes):
+                    body = {"prompt": _server_prompt(m, n, i * len(modes) + j), "n_predict": 1,
+                            "temperature": 0.0, "cache_prompt": False, "ridgefill": mode}
+                    t0 = time.perf_counter()
+                    t = serve(mode).post("/completion", body)["timings"]
+                    ms = 1000 * (time.perf_counter() - t0)
+                    if t["prompt_n"] != n:
+                        raise BenchError(f"llama-server evaluated {t['prompt_n']} prompt tokens, not {n}")
+                    r.ms[mode].append(ms)
+                    if mode != "exact":
+                        r.rows[mode] = f"{t.get('ridgefill_filled_n', 0)} rows filled, {t.get('ridgefill_full_n', 0)} full"
+                    progress(f"  llama-server {n} tokens, run {i + 1}/{runs}, {mode}: {ms:.0f} ms")
+            r.peak_rss_mb = {mode: _peak_rss_mb(serve(mode).proc.pid) for mode in modes}
+            results.append(r)
+    finally:
+        for srv in servers.values():
+            srv.stop()
+    out = summarize(model, results, costmodel.Shape.from_model(m), split, sinks, tail, threads, modes)
+    out["path"] = "llama-server"
+    return out
+
+
+def _resolve(model, modes, split, sinks, tail):
+    m = Model(model)
+    split = split if split is not None else (m.rf_split_layer or None)
+    if "ridge" in modes and not m.rf_split_layer:
+        raise BenchError(f"{model} has no ridge maps: fit it first (ridgefill fit) or drop the ridge mode")
+    if split is None and any(x != "exact" for x in modes):
+        raise BenchError("no split layer: pass --split for identity fill on a model without maps")
+    sinks = m.rf_sink_rows if sinks is None else sinks
+    tail = m.rf_tail_rows if tail is None else tail
+    return m, split, sinks, tail
+
+
+def plot(summaries: list[dict], out_png: str) -> str:
+    """TTFT per mode and speed-up vs prompt length for each path; the cost-model bound dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for summ in summaries:
+        tag = summ.get("path", "llama-bench")
+        n = [r["n_tokens"] for r in summ["results"]]
+        for mode in summ["modes"]:
+            ax_t.plot(n, [r["median_ms"][mode] / 1000 for r in summ["results"]], marker="o", label=f"{mode} ({tag})")
+            if mode != "exact":
+                ax_r.plot(n, [r[f"ratio_{mode}"] for r in summ["results"]], marker="o", label=f"{mode} ({tag})")
+    s0 = summaries[0]
+    fills = [x for x in s0["modes"] if x != "exact"]
+    if fills:
+        n = [r["n_tokens"] for r in s0["results"]]
+        ax_r.plot(n, [r[f"bound_{fills[-1]}"] for r in s0["results"]], "k--", label=f"cost-model bound ({fills[-1]})")
+    ax_t.set(xlabel="prompt tokens", ylabel="TTFT (s, median)", xscale="log", title="time to first token")
+    ax_r.set(xlabel="prompt tokens", ylabel="TTFT exact / TTFT fill", xscale="log",
+             title=f"speed-up: split {s0['split']}, sinks {s0['sinks']}, tail {s0['tail']}")
+    for ax in (ax_t, ax_r):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{os.path.basename(s0['model'])}, {s0['threads']} threads")
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return out_png
 
 
 def summarize(model, results, shape, split, sinks, tail, threads, modes) -> dict:
@@ -110,6 +224,8 @@ def summarize(model, results, shape, split, sinks, tail, threads, modes) -> dict
 
 def markdown(summary: dict) -> str:
     modes = summary["modes"]
+    title = f"{summary.get('path', 'llama-bench')}, split {summary['split']}, sinks {summary['sinks']}, " \
+        f"tail {summary['tail']}, {summary['threads']} threads, map memory {summary['map_bytes'] / 2**20:.1f} MiB"
     fills = [m for m in modes if m != "exact"]
     head = "| tokens | " + " | ".join(f"TTFT {m} (ms)" for m in modes) + " | " + \
         " | ".join(f"{m}: ratio / bound / of bound" for m in fills) + " |"
@@ -118,7 +234,7 @@ def markdown(summary: dict) -> str:
         cells = [str(r["n_tokens"])] + [f"{r['median_ms'][m]:.0f}" for m in modes]
         cells += [f"{r[f'ratio_{m}']:.2f}x / {r[f'bound_{m}']:.2f}x / {100 * r[f'of_bound_{m}']:.0f}%" for m in fills]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return title + "\n\n" + "\n".join(lines)
 
 
 def fit_speed(model_path: str, split: int, tokens: int, threads: int = 2, window: int = 2048) -> dict:

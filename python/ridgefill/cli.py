@@ -136,14 +136,20 @@ def _cmd_bench_ttft(args) -> int:
     from . import bench
 
     log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.quiet else (lambda msg: None)
-    summary = bench.ttft(args.model, args.lengths, runs=args.runs, modes=tuple(args.modes), threads=args.threads,
-                         sinks=args.sinks, tail=args.tail, split=args.split, batch=args.batch, ubatch=args.ubatch,
-                         progress=log)
+    run = {"bench": bench.ttft, "server": bench.ttft_server}
+    summaries = {}
+    for path in args.paths:
+        s = run[path](args.model, args.lengths, runs=args.runs, modes=tuple(args.modes), threads=args.threads,
+                      sinks=args.sinks, tail=args.tail, split=args.split, batch=args.batch, ubatch=args.ubatch,
+                      progress=log)
+        summaries[s["path"]] = s
     if args.json_out:
         from pathlib import Path
 
-        Path(args.json_out).write_text(json.dumps(summary, indent=2))
-    print(json.dumps(summary, indent=2) if args.json else bench.markdown(summary))
+        Path(args.json_out).write_text(json.dumps(summaries, indent=2))
+    if args.plot:
+        log(f"plot: {bench.plot(list(summaries.values()), args.plot)}")
+    print(json.dumps(summaries, indent=2) if args.json else "\n\n".join(map(bench.markdown, summaries.values())))
     return 0
 
 
@@ -205,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     ins.set_defaults(func=_cmd_inspect)
 
     bp = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_cmd", required=True)
-    bt = bp.add_parser("ttft", help="TTFT exact vs fill through the patched llama-bench, interleaved")
+    bt = bp.add_parser("ttft", help="TTFT exact vs fill through the patched llama-bench and llama-server, interleaved")
     bt.add_argument("--model", required=True, help="augmented GGUF (ridge), or any GGUF with --modes exact identity")
     bt.add_argument("--lengths", type=int, nargs="+", default=[4096])
     bt.add_argument("--runs", type=int, default=5, help="interleaved runs per mode (median reported)")
@@ -218,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--ubatch", type=int, default=512)
     bt.add_argument("--json", action="store_true", help="print the JSON summary instead of a table")
     bt.add_argument("--json-out", help="also write the JSON summary here")
+    bt.add_argument("--paths", nargs="+", default=["bench", "server"], choices=["bench", "server"],
+                    help="measure through llama-bench, llama-server or both (default)")
+    bt.add_argument("--plot", metavar="PNG", help="write TTFT and speed-up vs length (bound drawn) here")
     bt.add_argument("--quiet", action="store_true")
     bt.set_defaults(func=_cmd_bench_ttft)
 
