@@ -65,3 +65,30 @@ def test_bench_ttft_runs_both_paths_and_plots(smollm2_path, tmp_path):
     assert summaries["llama-server"]["results"][0]["fill_rows"]["identity"] == "508 rows filled, 132 full"
     assert "508 rows filled" in summaries["llama-bench"]["results"][0]["fill_rows"]["identity"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_takes_split_sinks_and_tail_from_the_maps(tmp_path, smollm2_path):
+    """Without --ridgefill-split/-sink/-tail llama-bench uses the GGUF's ridgefill.* metadata;
+    without --ridgefill it runs exact (no fill report)."""
+    from ridgefill import synth
+
+    model = synth.identity_maps(smollm2_path, 15, tmp_path / "maps.gguf")
+    out = _bench(model, "--ridgefill", "ridge")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ridgefill ridge, split 15, sink 4, tail 1024: 0 rows filled, 300 full" in out.stderr
+    out = _bench(model)
+    assert out.returncode == 0 and "rows filled" not in out.stderr
+
+
+def test_synth_cli_writes_a_tiny_moe_with_maps(tmp_path):
+    import sys
+
+    out = tmp_path / "tq.gguf"
+    run = subprocess.run([sys.executable, "-m", "ridgefill", "synth", "--shape", "tiny-qwen3moe", "-o", str(out),
+                          "--weight-type", "f16", "--passthrough", "4", "--identity-maps", "4"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tq.gguf"]  # no intermediates left
+    res = _bench(out, "--ridgefill", "ridge", "--ridgefill-tail", "100")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "ridgefill ridge, split 4, sink 4, tail 100: 196 rows filled, 104 full" in res.stderr

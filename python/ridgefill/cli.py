@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from . import fetch, models
@@ -126,6 +127,33 @@ def _add_pack_args(p):
     p.add_argument("--tail", type=int, default=1024, help="default tail rows recorded in the GGUF")
 
 
+def _cmd_synth(args) -> int:
+    from . import synth
+
+    if args.list:
+        for name, sh in synth.SHAPES.items():
+            print(f"{name}\t{sh.arch}\tlayers={sh.n_layer} d={sh.d} heads={sh.n_head}/{sh.n_kv}"
+                  + (f" experts={sh.n_expert}/{sh.n_expert_used}" if sh.n_expert else ""))
+        return 0
+    if not args.shape or not args.output:
+        raise SystemExit("ridgefill synth: --shape and -o are required (or --list)")
+    import tempfile
+    from pathlib import Path
+
+    tok = args.tokenizer_from or models.fetch_model(models.DEFAULT_MODEL)
+    final = Path(args.output)
+    with tempfile.TemporaryDirectory(dir=final.parent) as tmp:
+        out = synth.random_model(args.shape, Path(tmp) / "base.gguf", tok, seed=args.seed,
+                                 weight_type=args.weight_type, n_ctx=args.ctx)
+        if args.passthrough is not None:
+            out = synth.passthrough(out, args.passthrough, Path(tmp) / "pt.gguf")
+        if args.identity_maps is not None:
+            out = synth.identity_maps(out, args.identity_maps, Path(tmp) / "maps.gguf")
+        os.replace(out, final)
+    print(final)
+    return 0
+
+
 def _cmd_demo(args) -> int:
     from . import demo
 
@@ -237,6 +265,18 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("--threads", type=int, default=2)
     bf.add_argument("--json-out")
     bf.set_defaults(func=_cmd_bench_fit)
+
+    sy = sub.add_parser("synth", help="seeded random-weight GGUF of a real model's shape (speed and correctness only)")
+    sy.add_argument("--shape", help="see --list")
+    sy.add_argument("-o", "--output")
+    sy.add_argument("--list", action="store_true", help="list the shapes")
+    sy.add_argument("--seed", type=int, default=0)
+    sy.add_argument("--weight-type", default="q8_0", choices=["q8_0", "f16"])
+    sy.add_argument("--ctx", type=int, default=131072, help="context length written to the metadata")
+    sy.add_argument("--tokenizer-from", help="GGUF whose tokenizer is copied (default: the default model)")
+    sy.add_argument("--passthrough", type=int, metavar="S", help="zero attention-output and FFN-down from layer S on")
+    sy.add_argument("--identity-maps", type=int, metavar="S", help="add identity ridge maps fitted 'at' split S")
+    sy.set_defaults(func=_cmd_synth)
 
     dm = sub.add_parser("demo", help="the main job on the default model (what `make demo` runs)")
     dm.add_argument("--model", default=models.DEFAULT_MODEL, choices=sorted(models.REGISTRY))
