@@ -92,3 +92,25 @@ def test_synth_cli_writes_a_tiny_moe_with_maps(tmp_path):
     res = _bench(out, "--ridgefill", "ridge", "--ridgefill-tail", "100")
     assert res.returncode == 0, res.stderr[-2000:]
     assert "ridgefill ridge, split 4, sink 4, tail 100: 196 rows filled, 104 full" in res.stderr
+
+
+@pytest.mark.slow
+def test_gpu_script_dry_run(tmp_path):
+    """bench/gpu.sh --dry-run: carry folder, CMake configure of the carried tree, synthetic shape, JSON."""
+    import json
+    import os
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, RF_OUT=str(tmp_path / "out"), RF_WORK=str(tmp_path / "work"), RF_SHAPES="tiny-qwen3",
+               RF_LENGTHS="768")
+    run = subprocess.run([str(repo / "bench" / "gpu.sh"), "--dry-run"], capture_output=True, text=True, env=env,
+                         timeout=900)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert (repo / "build" / "gpu-carry" / "llama-src.tar.gz").stat().st_size > 1e6
+    assert "Generating done" in (tmp_path / "out" / "gpu-configure.log").read_text()
+    report = json.loads((tmp_path / "out" / "gpu-ttft-dryrun.json").read_text())
+    row = report["shapes"]["tiny-qwen3"]["results"][0]
+    assert row["n_tokens"] == 768 and row["bound_ridge"] > 1 and set(row["median_ms"]) == {"exact", "identity", "ridge"}
+    assert "508 rows filled" in row["fill_rows"]["ridge"]
+    assert not list((tmp_path / "work" / "models").glob("*.gguf"))  # models removed after measuring

@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from . import costmodel, pack
-from .runtime import Model
 from .server import LlamaServer, tool_path
 
 
@@ -40,9 +39,10 @@ class LengthResult:
 
 
 def run_llama_bench(model: str, n_tokens: int, mode: str, threads: int, batch: int, ubatch: int,
-                    split: int | None, sinks: int, tail: int, flash_attn: str = "on") -> tuple[float, float, str]:
+                    split: int | None, sinks: int, tail: int, flash_attn: str = "on", tool: str | None = None,
+                    extra_args: tuple = ()) -> tuple[float, float, str]:
     """One timed prompt; returns (milliseconds, peak RSS in MB, fill report line)."""
-    cmd = [str(tool_path("llama-bench")), "-m", str(model), "-p", str(n_tokens), "-n", "0", "-r", "1",
+    cmd = [str(tool or tool_path("llama-bench")), *extra_args, "-m", str(model), "-p", str(n_tokens), "-n", "0", "-r", "1",
            "--no-warmup", "-t", str(threads), "-b", str(batch), "-ub", str(ubatch), "-fa", flash_attn, "-o", "json"]
     if mode != "exact":
         cmd += ["--ridgefill", mode, "--ridgefill-sink", str(sinks), "--ridgefill-tail", str(tail)]
@@ -65,15 +65,17 @@ def run_llama_bench(model: str, n_tokens: int, mode: str, threads: int, batch: i
 
 def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identity", "ridge"), threads: int = 2,
          sinks: int | None = None, tail: int | None = None, split: int | None = None, batch: int = 2048,
-         ubatch: int = 512, progress=print) -> dict:
-    m, split, sinks, tail = _resolve(model, modes, split, sinks, tail)
-    shape = costmodel.Shape.from_model(m)
+         ubatch: int = 512, progress=print, tool: str | None = None, extra_args: tuple = ()) -> dict:
+    """TTFT through llama-bench; `tool`/`extra_args`: another build of it (CUDA) and its flags (-ngl)."""
+    split, sinks, tail = _resolve(model, modes, split, sinks, tail)
+    shape = costmodel.Shape.from_gguf(model)
     results = []
     for n in lengths:
         r = LengthResult(n, {mode: [] for mode in modes})
         for i in range(runs):
             for mode in modes:
-                ms, rss, report = run_llama_bench(model, n, mode, threads, batch, ubatch, split, sinks, tail)
+                ms, rss, report = run_llama_bench(model, n, mode, threads, batch, ubatch, split, sinks, tail,
+                                                  tool=tool, extra_args=extra_args)
                 r.ms[mode].append(ms)
                 r.peak_rss_mb[mode] = max(r.peak_rss_mb.get(mode, 0.0), rss)
                 if report:
@@ -120,7 +122,10 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
     """TTFT through llama-server: wall time of a 1-token completion of a fresh N-token prompt."""
     import time
 
-    m, split, sinks, tail = _resolve(model, modes, split, sinks, tail)
+    from .runtime import Model
+
+    m = Model(model)
+    split, sinks, tail = _resolve(model, modes, split, sinks, tail)
     fill_modes = [x for x in modes if x != "exact"] or ["exact"]
     servers = {x: LlamaServer(model, _server_args(x, split, sinks, tail, batch, ubatch), ctx=max(lengths) + 64,
                               threads=threads) for x in fill_modes}
@@ -149,21 +154,25 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
     finally:
         for srv in servers.values():
             srv.stop()
-    out = summarize(model, results, costmodel.Shape.from_model(m), split, sinks, tail, threads, modes)
+    out = summarize(model, results, costmodel.Shape.from_gguf(model), split, sinks, tail, threads, modes)
     out["path"] = "llama-server"
     return out
 
 
 def _resolve(model, modes, split, sinks, tail):
-    m = Model(model)
-    split = split if split is not None else (m.rf_split_layer or None)
-    if "ridge" in modes and not m.rf_split_layer:
+    """Split, sinks and tail: the arguments, else the GGUF's ridgefill.* metadata, else llama.cpp's defaults."""
+    from .gguf_io import field, open_gguf
+
+    reader = open_gguf(model)
+    maps_split = int(field(reader, "ridgefill.split_layer") or 0)
+    split = split if split is not None else (maps_split or None)
+    if "ridge" in modes and not maps_split:
         raise BenchError(f"{model} has no ridge maps: fit it first (ridgefill fit) or drop the ridge mode")
     if split is None and any(x != "exact" for x in modes):
         raise BenchError("no split layer: pass --split for identity fill on a model without maps")
-    sinks = m.rf_sink_rows if sinks is None else sinks
-    tail = m.rf_tail_rows if tail is None else tail
-    return m, split, sinks, tail
+    sinks = int(field(reader, "ridgefill.sink_rows") or 4) if sinks is None else sinks
+    tail = int(field(reader, "ridgefill.tail_rows") or 1024) if tail is None else tail
+    return split, sinks, tail
 
 
 def plot(summaries: list[dict], out_png: str) -> str:
@@ -244,6 +253,7 @@ def fit_speed(model_path: str, split: int, tokens: int, threads: int = 2, window
 
     from . import corpus, ridge
     from .calibrate import CaptureConfig, accumulate, capture_llama
+    from .runtime import Model
     from .stats import CalibrationStats
 
     cfg = CaptureConfig(split=split, tokens=tokens, window=window, threads=threads)

@@ -22,12 +22,25 @@ class Shape:
     @classmethod
     def from_model(cls, model) -> "Shape":
         """From a ridgefill.runtime.Model (or anything with its metadata)."""
-        meta, arch = model.metadata, model.arch
+        return cls.from_metadata(model.metadata, model.arch)
+
+    @classmethod
+    def from_gguf(cls, path) -> "Shape":
+        from .gguf_io import field, open_gguf
+
+        reader = open_gguf(path)
+        meta = {k: field(reader, k) for k in reader.fields if not k.startswith("tokenizer.")}
+        return cls.from_metadata(meta, meta["general.architecture"])
+
+    @classmethod
+    def from_metadata(cls, meta: dict, arch: str) -> "Shape":
         d = int(meta[f"{arch}.embedding_length"])
         n_head = int(meta[f"{arch}.attention.head_count"])
         n_head_kv = int(meta.get(f"{arch}.attention.head_count_kv", n_head))
         head = int(meta.get(f"{arch}.attention.key_length", d // n_head))
         d_ff = int(meta[f"{arch}.feed_forward_length"])
+        if int(meta.get(f"{arch}.expert_used_count", 0) or 0):  # MoE: the active experts' width
+            d_ff = int(meta[f"{arch}.expert_used_count"]) * int(meta[f"{arch}.expert_feed_forward_length"])
         return cls(int(meta[f"{arch}.block_count"]), d, n_head * head, n_head_kv * head, d_ff)
 
 

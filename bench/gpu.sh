@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# TTFT exact vs split prefill on one GPU: the fork built with CUDA, synthetic llama-3.1-8b and
+# qwen3-8b shapes (random weights, identity maps at split L/2), 16K-128K prompts, tail 2048.
+#
+#   bench/gpu.sh pack        here: write build/gpu-carry (trimmed patched tree, tokenizer, gguf wheel)
+#   bench/gpu.sh run         on the GPU machine, with build/gpu-carry carried: build + generate + measure
+#   bench/gpu.sh --dry-run   here: the same pipeline on CPU (tiny shapes, short prompts, CMake configure only)
+#
+# Env: RF_CUDA_ARCH (90 = H100/H200, the default; 80 = A100), RF_OUT (results folder; default $OUT or
+# bench/out), RF_LENGTHS, RF_SHAPES, RF_RUNS, RF_DEADLINE_S (start no new length after it; default 420).
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+carry="$repo/build/gpu-carry"
+arch="${RF_CUDA_ARCH:-90}"
+out="${RF_OUT:-${OUT:-$repo/bench/out}}"
+work="${RF_WORK:-/tmp/rf-gpu}"
+mode="${1:-run}"
+t0=$(date +%s)
+say() { echo "[gpu.sh +$(( $(date +%s) - t0 ))s] $*"; }
+
+pack() {
+    PYTHONPATH="$repo/python" "$repo/.venv/bin/python" -m ridgefill.gpu_bench pack --src "$repo/build/llama.cpp" --dest "$carry"
+}
+
+configure() {  # $1 = build dir, then extra CMake flags
+    local dir="$1"; shift
+    cmake -S "$work/llama.cpp" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_APP=OFF \
+        -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF "$@" > "$out/gpu-configure.log" 2>&1
+}
+
+unpack() {
+    rm -rf "$work" && mkdir -p "$work" "$out"
+    tar xzf "$carry/llama-src.tar.gz" -C "$work"
+}
+
+case "$mode" in
+pack)
+    pack ;;
+--dry-run)
+    [ -d "$carry" ] || pack
+    unpack
+    say "CMake configure of the carried tree (CPU; the GPU run adds -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$arch)"
+    configure "$work/build-cpu" -DGGML_NATIVE=OFF
+    say "generate + measure through the CPU llama-bench (tiny shapes, short prompts)"
+    PYTHONPATH="$repo/python" "$repo/.venv/bin/python" -m ridgefill.gpu_bench run --llama-bench "$repo/.venv/bin/llama-bench" \
+        --tokenizer "$carry/tokenizer.gguf" --shapes ${RF_SHAPES:-tiny-llama tiny-qwen3} --lengths ${RF_LENGTHS:-1024 2048} \
+        --runs "${RF_RUNS:-1}" --tail 256 --ngl 0 --threads 2 --ubatch 512 --weight-type f16 \
+        --workdir "$work/models" --out "$out/gpu-ttft-dryrun.json"
+    say "dry run done: $out/gpu-ttft-dryrun.json" ;;
+run)
+    [ -f "$carry/llama-src.tar.gz" ] || { echo "no $carry: run 'bench/gpu.sh pack' first and carry build/gpu-carry" >&2; exit 1; }
+    command -v nvcc > /dev/null || export PATH="/usr/local/cuda/bin:$PATH"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/rf-site "$carry"/wheels/*.whl
+    export PYTHONPATH="/tmp/rf-site:$repo/python"
+    unpack
+    say "CUDA build of llama-bench for sm_$arch (log: $out/gpu-build.log)"
+    configure "$work/build" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DGGML_NATIVE=ON
+    cmake --build "$work/build" --target llama-bench -j"$(nproc)" > "$out/gpu-build.log" 2>&1 &
+    build=$!
+    say "writing the synthetic models while it builds"
+    python3 -m ridgefill.gpu_bench gen --tokenizer "$carry/tokenizer.gguf" --shapes ${RF_SHAPES:-llama-3.1-8b qwen3-8b} \
+        --lengths ${RF_LENGTHS:-16384 32768 65536 131072} --workdir "$work/models"
+    wait "$build" || { tail -30 "$out/gpu-build.log"; exit 1; }
+    say "built; measuring"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu-info.csv" || true
+    python3 -m ridgefill.gpu_bench run --llama-bench "$work/build/bin/llama-bench" --tokenizer "$carry/tokenizer.gguf" \
+        --shapes ${RF_SHAPES:-llama-3.1-8b qwen3-8b} --lengths ${RF_LENGTHS:-16384 32768 65536 131072} \
+        --runs "${RF_RUNS:-2}" --tail 2048 --threads 8 --ubatch 2048 --workdir "$work/models" \
+        --out "$out/gpu-ttft.json" --deadline-s "${RF_DEADLINE_S:-420}"
+    say "done: $out/gpu-ttft.json" ;;
+*)
+    echo "usage: bench/gpu.sh [pack|run|--dry-run]" >&2; exit 2 ;;
+esac

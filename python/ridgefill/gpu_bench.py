@@ -1,0 +1,169 @@
+"""The GPU run of bench/gpu.sh: synthetic real-size shapes, TTFT exact vs fill at long prompts.
+
+Two halves, because the GPU machine has no network and no compiled RidgeFill:
+- `pack_carry` (here): the patched llama.cpp tree trimmed to what a CUDA build of llama-bench
+  needs, a tokenizer-only GGUF (the synthetic models' vocabulary) and the gguf wheel;
+- `run` (there): write each shape's seeded random-weight GGUF with identity maps at split L/2
+  (speed only: fitted maps cost the same), then TTFT exact / identity / ridge through the
+  CUDA llama-bench with every layer offloaded, interleaved, beside the cost-model bound.
+Nothing here needs the compiled bindings, so it runs with the repo's python/ on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+from . import bench, fetch, models, synth
+from .gguf_io import field, open_gguf
+
+# what a CUDA build of llama-bench reads from the patched tree (docs, models, examples, tests stay)
+SOURCE_PARTS = ("CMakeLists.txt", "cmake", "common", "ggml", "include", "src", "tools", "vendor", "LICENSE", "licenses")
+SKIP_DIRS = {"ggml-sycl", "ggml-vulkan", "ggml-opencl", "ggml-cann", "ggml-musa", "ggml-metal", "ggml-webgpu",
+             "ggml-hexagon", "ggml-zdnn", "ggml-openvino", "public", "tests"}
+GGUF_WHEEL = "gguf==0.19.0"
+
+
+def pack_carry(src_tree: Path, dest: Path) -> Path:
+    """Everything the GPU machine needs, into `dest` (for the device tool's `carry`)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    tar = dest / "llama-src.tar.gz"
+    with tarfile.open(tar, "w:gz") as tf:
+        for part in SOURCE_PARTS:
+            p = src_tree / part
+            if p.exists():
+                tf.add(p, arcname=f"llama.cpp/{part}", filter=_skip_filter)
+    tokenizer_gguf(models.fetch_model(models.DEFAULT_MODEL), dest / "tokenizer.gguf")
+    wheels = dest / "wheels"
+    wheels.mkdir(exist_ok=True)
+    if not list(wheels.glob("gguf-*.whl")):
+        fetch.pip_download(GGUF_WHEEL, wheels)
+    return dest
+
+
+def _skip_filter(info: tarfile.TarInfo):
+    return None if set(Path(info.name).parts) & SKIP_DIRS else info
+
+
+def tokenizer_gguf(src: str | os.PathLike, out: Path) -> Path:
+    """A GGUF with `src`'s tokenizer.* keys and nothing else (what synth.random_model copies)."""
+    import gguf
+
+    reader = open_gguf(src)
+    writer = gguf.GGUFWriter(out, arch=field(reader, "general.architecture"))
+    for f in reader.fields.values():
+        if f.name.startswith("tokenizer."):
+            vtype = f.types[0]
+            writer.add_key_value(f.name, f.contents(), vtype,
+                                 sub_type=f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return out
+
+
+def make_model(shape: str, workdir: Path, tokenizer: Path, weight_type: str, n_ctx: int) -> tuple[Path, int]:
+    """The shape's random-weight GGUF with identity maps at split L/2; (path, split)."""
+    sh = synth.SHAPES[shape]
+    split = sh.n_layer // 2
+    out = workdir / f"{shape}-s{split}.gguf"
+    if not out.exists():
+        base = synth.random_model(shape, workdir / f"{shape}.gguf", tokenizer, weight_type=weight_type, n_ctx=n_ctx,
+                                  shared_layers=True)
+        synth.identity_maps(base, split, out)
+        base.unlink()
+    return out, split
+
+
+def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, workdir: Path, out_json: Path,
+        tokenizer: Path, sinks: int = 4, tail: int = 2048, ngl: int = 999, weight_type: str = "f16",
+        threads: int = 8, ubatch: int = 2048, deadline: float | None = None, progress=print) -> dict:
+    """`deadline` (time.time()): no new prompt length is started after it; results so far are kept."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    report = {"machine": platform.node(), "gpu": _gpu_name(), "llama_bench": str(llama_bench),
+              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "shapes": {}}
+    for shape in shapes:
+        t0 = time.perf_counter()
+        model, split = make_model(shape, workdir, tokenizer, weight_type, max(lengths) + 256)
+        progress(f"{shape}: model written in {time.perf_counter() - t0:.0f} s (split {split})")
+        done = []
+        for n in lengths:
+            if deadline is not None and time.time() > deadline:
+                progress(f"{shape}: deadline reached, {n} tokens and longer not measured")
+                report.setdefault("skipped", []).append({"shape": shape, "n_tokens": n})
+                continue
+            s = bench.ttft(str(model), [n], runs=runs, threads=threads, sinks=sinks, tail=tail, split=split,
+                           batch=ubatch, ubatch=ubatch, tool=str(llama_bench), extra_args=("-ngl", str(ngl)),
+                           progress=progress)
+            done += s["results"]
+            s["results"] = done
+            report["shapes"][shape] = s
+            out_json.write_text(json.dumps(report, indent=2))  # partial results survive a timeout
+        if shape in report["shapes"]:
+            progress(bench.markdown(report["shapes"][shape]))
+        model.unlink()
+    return report
+
+
+def _gpu_name() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30)
+        return out.stdout.strip() or "none"
+    except (OSError, subprocess.SubprocessError):
+        return "none"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m ridgefill.gpu_bench")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    pc = sub.add_parser("pack", help="write the carry folder (run where the repo was built)")
+    pc.add_argument("--src", type=Path, required=True)
+    pc.add_argument("--dest", type=Path, required=True)
+    gn = sub.add_parser("gen", help="write the shapes' GGUFs ahead (e.g. while the build runs)")
+    gn.add_argument("--tokenizer", type=Path, required=True)
+    gn.add_argument("--shapes", nargs="+", default=["llama-3.1-8b", "qwen3-8b"])
+    gn.add_argument("--lengths", type=int, nargs="+", default=[16384, 32768, 65536, 131072])
+    gn.add_argument("--weight-type", default="f16", choices=["f16", "q8_0"])
+    gn.add_argument("--workdir", type=Path, required=True)
+    rn = sub.add_parser("run", help="synthetic shapes + TTFT through a (CUDA) llama-bench")
+    rn.add_argument("--llama-bench", type=Path, required=True)
+    rn.add_argument("--tokenizer", type=Path, required=True)
+    rn.add_argument("--shapes", nargs="+", default=["llama-3.1-8b", "qwen3-8b"])
+    rn.add_argument("--lengths", type=int, nargs="+", default=[16384, 32768, 65536, 131072])
+    rn.add_argument("--runs", type=int, default=3)
+    rn.add_argument("--tail", type=int, default=2048)
+    rn.add_argument("--sinks", type=int, default=4)
+    rn.add_argument("--ngl", type=int, default=999)
+    rn.add_argument("--threads", type=int, default=8)
+    rn.add_argument("--ubatch", type=int, default=2048)
+    rn.add_argument("--weight-type", default="f16", choices=["f16", "q8_0"])
+    rn.add_argument("--workdir", type=Path, required=True)
+    rn.add_argument("--out", type=Path, required=True)
+    rn.add_argument("--deadline-s", type=float, default=None, help="start no new length after this many seconds")
+    args = ap.parse_args(argv)
+    if args.cmd == "pack":
+        print(pack_carry(args.src, args.dest))
+        return 0
+    if args.cmd == "gen":
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        for shape in args.shapes:
+            print(make_model(shape, args.workdir, args.tokenizer, args.weight_type, max(args.lengths) + 256)[0], flush=True)
+        return 0
+    log = lambda msg: print(msg, flush=True)  # noqa: E731
+    run(args.llama_bench, args.shapes, args.lengths, args.runs, args.workdir, args.out, args.tokenizer,
+        sinks=args.sinks, tail=args.tail, ngl=args.ngl, weight_type=args.weight_type, threads=args.threads,
+        ubatch=args.ubatch, deadline=None if args.deadline_s is None else time.time() + args.deadline_s, progress=log)
+    print(f"results: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
