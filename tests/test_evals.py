@@ -10,7 +10,7 @@ import pytest
 from ridgefill import corpus, synth
 from ridgefill.evals import items as items_io
 from ridgefill.evals import loss, needle, prefill, profiles, runner, stats
-from ridgefill.evals.session import EXACT, Session, Variant
+from ridgefill.evals.session import DEFAULT_VARIANTS, EXACT, EXACT_CUT, Session, Variant
 from ridgefill.evals.store import ResultStore, key_of
 
 SPLIT = 18
@@ -70,6 +70,7 @@ def test_pairs():
     assert stats.pairs(["exact", "identity", "ridge"]) == [("identity", "exact"), ("ridge", "exact"), ("ridge", "identity")]
     assert stats.pairs(["identity", "ridge"]) == [("ridge", "identity")]
     assert ("ridge+keys", "exact") in stats.pairs(["exact", "ridge", "ridge+keys"])
+    assert stats.pairs(["exact", "exact-cut", "ridge"]) == [("exact-cut", "exact"), ("ridge", "exact"), ("ridge", "exact-cut")]
 
 
 def test_variants_by_name_and_registered_hooks():
@@ -240,21 +241,23 @@ def test_hook_runs_between_the_filled_rows_and_the_tail(session, smollm2):
     rec = runner.measure.needle_record(ctx, item, 4, 64, hook)
     assert seen == [(192, (4, 192), 188, 191)]
     assert rec["n_filled"] == 188 and rec["fill_range"] == [4, 192]
+    cut = session.context(EXACT_CUT, SPLIT)  # exact values through the fill run's batches
+    assert (cut.fill_mode, cut.fill_split) == ("identity", smollm2.n_layer)
 
 
 @pytest.mark.slow
 def test_tail_covering_the_prompt_gives_identical_results(session, tmp_path):
     """T >= N: nothing is filled, so every mode scores exactly what exact scores."""
     plan = _plan(tails=(300,), needle_tasks=("multivalue/prose/number",))
-    res = runner.run(session, plan, tmp_path, progress=False, plots=False)
+    res = runner.run(session, plan, tmp_path, variants=(*DEFAULT_VARIANTS, EXACT_CUT), progress=False, plots=False)
     recs = res.document["records"]
-    assert {r["variant"] for r in recs} == {"exact", "identity", "ridge"}
+    assert {r["variant"] for r in recs} == {"exact", "exact-cut", "identity", "ridge"}
     assert all(r["n_filled"] == 0 for r in recs)
     for item in {r["item"] for r in recs}:
         by = {r["variant"]: r for r in recs if r["item"] == item}
         fields = ("score", "output") if item.startswith(("single", "multi")) else ("loss_all", "loss_distant", "n_distant")
         for f in fields:
-            assert by["identity"][f] == by["exact"][f] == by["ridge"][f], (item, f)
+            assert by["identity"][f] == by["exact"][f] == by["ridge"][f] == by["exact-cut"][f], (item, f)
 
 
 @pytest.mark.slow

@@ -60,7 +60,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tail", type=int_list, metavar="T[,T...]", help="tail rows T")
     p.add_argument("--lengths", type=int_list, metavar="N[,N...]", help="prompt lengths in tokens")
     p.add_argument("--modes", type=str_list, default=("exact", "identity", "ridge"),
-                   help="variants to run (default exact,identity,ridge; modules may register more, e.g. splices)")
+                   help="variants to run (default exact,identity,ridge; also exact-cut: exact values in the fill "
+                        "run's batches; modules may register more, e.g. splices)")
     p.add_argument("--needle-tasks", type=str_list, metavar="TASK[,TASK...]",
                    help="needle tasks as task/haystack/value, e.g. single/noise/uuid,multikey/prose/number")
     p.add_argument("--items", type=int, metavar="N", help="needle items per task and length")

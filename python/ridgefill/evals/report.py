@@ -19,7 +19,7 @@ from . import stats
 METRICS = {"needle": ("score",), "loss": ("loss_all", "loss_distant")}
 AXES = ("split", "tail", "n_tokens")
 COUNTS = {"loss_all": "n_scored", "loss_distant": "n_distant"}  # tokens behind each document's value
-ORDER = ("exact", "identity", "ridge")
+ORDER = ("exact", "exact-cut", "identity", "ridge")
 
 
 def variant_order(names) -> list[str]:

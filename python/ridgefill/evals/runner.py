@@ -32,7 +32,7 @@ class Job:
     task: str
     item: object  # NeedleItem | LossItem
     variant: Variant
-    split: int | None  # None for exact (it does not depend on the split)
+    split: int | None  # None for exact and exact-cut (they do not depend on the split)
     sinks: int
     tail: int
 
@@ -87,16 +87,17 @@ def make_items(model, plan: Plan, item_dir: Path) -> dict[str, list]:
 
 
 def jobs(items: dict[str, list], plan: Plan, splits: Sequence[int], variants: Sequence[Variant]) -> Iterator[Job]:
-    """Exact first for each item and tail (loss needs its reference), then the fill variants."""
+    """Exact first for each item and tail (loss needs its reference), then the other variants."""
+    ordered = sorted(variants, key=lambda v: v.name != "exact")
     for task in plan.tasks:
         for item in items[task]:
             for tail in plan.tails:
-                for v in variants:
-                    if v.mode == "exact":
+                for v in ordered:
+                    if v.split_free:
                         yield Job(task, item, v, None, plan.sinks, tail)
                 for split in splits:
-                    for v in variants:
-                        if v.mode != "exact":
+                    for v in ordered:
+                        if not v.split_free:
                             yield Job(task, item, v, split, plan.sinks, tail)
 
 

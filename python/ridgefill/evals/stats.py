@@ -63,9 +63,15 @@ def replicates(sums: np.ndarray, counts: np.ndarray, n_boot: int, rng: np.random
     return out
 
 
+REFERENCES = ("exact", "exact-cut")
+
+
 def pairs(variants: Sequence[str]) -> list[tuple[str, str]]:
-    """(a, b) pairs to report as a - b: each fill variant against exact, then ridge - identity."""
+    """(a, b) pairs to report as a - b: every other variant against exact (and against
+    exact-cut, when measured), then ridge - identity."""
     out = [(v, "exact") for v in variants if v != "exact" and "exact" in variants]
+    if "exact-cut" in variants:
+        out += [(v, "exact-cut") for v in variants if v not in REFERENCES]
     if "ridge" in variants and "identity" in variants:
         out.append(("ridge", "identity"))
     return out
