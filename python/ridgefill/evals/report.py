@@ -135,18 +135,30 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
     return made
 
 
+_STYLES = ("-", "--", ":", "-.")
+_MARKERS = ("o", "s", "^", "D")
+
+
 def _plot_axis(rows: list[dict], task: str, metric: str, axis: str, out_dir: Path) -> Path:
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import MaxNLocator
+
     others = [a for a in AXES if a != axis]
     fig, ax = plt.subplots(figsize=(6, 4))
+    variants = variant_order({v for r in rows for v in r["means"]})
+    color = {v: f"C{i}" for i, v in enumerate(variants)}  # one colour per variant, one line style per setting
     combos = sorted({tuple(r[a] for a in others) for r in rows}, key=str)
-    for combo in combos:
+    for j, combo in enumerate(combos):
         sub = sorted((r for r in rows if tuple(r[a] for a in others) == combo), key=lambda r: r[axis])
-        for v in variant_order({v for r in sub for v in r["means"]}):
+        for v in variants:
             pts = [(r[axis], r["means"][v]["mean"]) for r in sub if v in r["means"]]
+            if not pts:
+                continue
             label = v if len(combos) == 1 else f"{v} ({', '.join(f'{a}={c}' for a, c in zip(others, combo))})"
-            ax.plot(*zip(*pts), marker="o", label=label)
+            ax.plot(*zip(*pts), color=color[v], linestyle=_STYLES[j % len(_STYLES)], marker=_MARKERS[j % len(_MARKERS)],
+                    label=label, alpha=0.85)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(axis)
     ax.set_ylabel(metric)
     ax.set_title(f"{task}: {metric} vs {axis}")
