@@ -312,3 +312,22 @@ def test_cli_eval_needle_json(mapped, tmp_path):
     assert doc["run"]["plan"]["splits"] == [SPLIT] or doc["run"]["plan"]["splits"] is None
     assert {(x["variant"], x["split"]) for x in doc["records"]} == {("exact", None), ("ridge", SPLIT)}
     assert doc["summary"][0]["diffs"]["ridge-exact"]["n_boot"] == 200
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("os").environ.get("RIDGEFILL_EVAL_QUICK"),
+                    reason="the whole quick profile (minutes); set RIDGEFILL_EVAL_QUICK=1")
+def test_quick_profile_end_to_end(mapped, tmp_path):
+    import time
+
+    from ridgefill import cli_eval
+
+    t0 = time.monotonic()
+    assert cli_eval.main(["eval", "sweep", "--profile", "quick", "--model", str(mapped), "--out", str(tmp_path),
+                          "--quiet"]) == 0
+    print(f"quick profile: {time.monotonic() - t0:.0f} s")
+    doc = json.loads((tmp_path / "results.json").read_text())
+    q = profiles.QUICK
+    assert doc["run"]["n_run"] == (len(q.needle_tasks) * q.needle_items + q.loss_items) * 3
+    groups = {r["group"] for r in doc["summary"]}
+    assert groups >= {*q.needle_tasks, "all", "loss"}
