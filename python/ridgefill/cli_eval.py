@@ -114,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     add_eval_parser(sub)
     args = ap.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (FileNotFoundError, ValueError, RuntimeError) as err:
+        print(f"ridgefill: error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
