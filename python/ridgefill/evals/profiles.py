@@ -35,8 +35,8 @@ QUICK = Plan(
     sinks=4,
     tails=(256,),
     splits=None,
-    needle_tasks=("single/noise/number", "single/prose/number", "multikey/noise/number", "multivalue/noise/number",
-                  "multiquery/prose/number"),
+    # multikey is left to `full`: SmolLM2-135M misses it even exactly at 1K tokens, and CI time is short
+    needle_tasks=("single/noise/number", "single/prose/number", "multivalue/noise/number", "multiquery/prose/number"),
     needle_items=1,
     loss_items=3,
     window=128,  # SmolLM2-135M on SOTU prose: ~1 distant-dependent token per 256-token tail at 128
