@@ -68,6 +68,12 @@ class Model:
     rf_sink_rows = property(lambda self: self._m.rf_sink_rows)
     rf_tail_rows = property(lambda self: self._m.rf_tail_rows)
 
+    @property
+    def head_dim(self) -> int:
+        """Width of one key head (the K cache holds n_head_kv of them per row)."""
+        key = self.metadata.get(f"{self.arch}.attention.key_length")
+        return int(key) if key else self.n_embd // self.n_head
+
     def info(self) -> dict:
         return {
             "path": str(self.path),
@@ -129,6 +135,7 @@ class Context:
         n_seq_max: int = 1,
     ):
         self.model = model
+        self.threads, self.flash_attn, self.kv_type = threads, flash_attn, kv_type
         self.capture = sorted(set(int(i) for i in capture))
         if self.capture and model.arch not in CAPTURE_ARCHS:
             raise ValueError(f"layer-input capture is not supported for architecture {model.arch!r} "

@@ -1,0 +1,102 @@
+"""Splice variants: a fill run whose filled rows get one component back from exact computation.
+
+After the head rows of a ridge (or identity) fill, the hook overwrites, for the filled rows of
+every late layer (split+1 .. L-1), one cached component with its exact value; the tail and every
+score then see it. The share of the fill-vs-exact gap a splice closes says which component
+carries the error:
+
+- `*-k`      the keys;
+- `*-v`      the values;
+- `*-knorm`  only the keys' per-row, per-head norms (the filled keys' directions are kept;
+             RoPE is a rotation, so the norms of the cached keys are the pre-RoPE ones);
+- `*-kv`     keys and values (a sanity check: it reproduces `exact-cut`, see below).
+
+The exact values come from the same prompt run at split = L over the same fill range (every
+layer exact, the fill run's ubatches), i.e. the `exact-cut` variant's cache, so a splice of
+both K and V gives exact-cut's results bit for bit and no batch-partition noise enters.
+Needs an F32 or F16 KV cache (quantized caches cannot be written row by row).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ..runtime import Context
+from .prefill import Head, run_head
+from .session import Variant, register
+
+PARTS = {"k": ("k",), "v": ("v",), "knorm": ("knorm",), "kv": ("k", "v")}
+
+
+class _ExactCache:
+    """Exact K/V of the filled rows of the last prompt seen (one entry: items come one by one)."""
+
+    def __init__(self):
+        self.key = None
+        self.rows: dict[tuple[int, str], np.ndarray] = {}
+        self._ctx: dict[tuple, Context] = {}
+
+    def get(self, head: Head, layers: list[int]) -> dict[tuple[int, str], np.ndarray]:
+        ctx, (lo, hi) = head.ctx, head.fill_range
+        key = (str(ctx.model.path), hashlib.sha1(head.tokens.tobytes()).hexdigest(), head.stop, lo, hi,
+               ctx.n_batch, ctx.n_ubatch, tuple(layers))
+        if key != self.key:
+            ref = self._context(ctx)
+            run_head(ref, head.tokens, sinks=lo, tail=len(head.tokens) - head.stop, seq_id=head.seq_id)
+            self.rows = {(il, p): ref.state_get(il, p, lo, hi, head.seq_id) for il in layers for p in ("k", "v")}
+            self.key = key
+        return self.rows
+
+    def _context(self, ctx: Context) -> Context:
+        """A second context on the same model, same sizes, filling at split = L (exact values)."""
+        k = (str(ctx.model.path), ctx.n_ctx, ctx.n_batch, ctx.n_ubatch, ctx.kv_type, ctx.flash_attn)
+        if k not in self._ctx:
+            ref = ctx.model.context(n_ctx=ctx.n_ctx, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch, threads=ctx.threads,
+                                    kv_type=ctx.kv_type, flash_attn=ctx.flash_attn)
+            ref.set_fill("identity", ctx.model.n_layer)
+            self._ctx[k] = ref
+        return self._ctx[k]
+
+
+_EXACT = _ExactCache()
+
+
+def late_layers(ctx: Context) -> list[int]:
+    return list(range(ctx.fill_split + 1, ctx.model.n_layer))
+
+
+def with_exact_norms(filled: np.ndarray, exact: np.ndarray, head_dim: int) -> np.ndarray:
+    """Filled rows rescaled per head to the exact rows' norms (directions kept)."""
+    f = filled.reshape(len(filled), -1, head_dim)
+    e = exact.reshape(len(exact), -1, head_dim)
+    fn = np.linalg.norm(f, axis=2, keepdims=True)
+    en = np.linalg.norm(e, axis=2, keepdims=True)
+    return (f * (en / np.maximum(fn, 1e-30))).reshape(filled.shape).astype(np.float32)
+
+
+def splice(head: Head, parts: tuple[str, ...]) -> None:
+    """Overwrite `parts` of the filled rows of every late layer with exact values."""
+    ctx, (lo, hi) = head.ctx, head.fill_range
+    if hi <= lo:
+        return  # nothing was filled (e.g. T >= N): nothing to splice
+    layers = late_layers(ctx)
+    exact = _EXACT.get(head, layers)
+    head_dim = ctx.model.head_dim
+    for il in layers:
+        for part in parts:
+            if part == "knorm":
+                filled = ctx.state_get(il, "k", lo, hi, head.seq_id)
+                ctx.state_set(il, "k", with_exact_norms(filled, exact[il, "k"], head_dim), lo, hi, head.seq_id)
+            else:
+                ctx.state_set(il, part, exact[il, part], lo, hi, head.seq_id)
+
+
+def _hook(parts: tuple[str, ...]):
+    return lambda head: splice(head, parts)
+
+
+for _mode in ("ridge", "identity"):
+    for _name, _parts in PARTS.items():
+        register(Variant(f"{_mode}-{_name}", _mode, hook=_hook(_parts)))

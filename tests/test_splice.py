@@ -1,0 +1,53 @@
+"""Splice variants: exact components written into a fill run's cache."""
+
+import numpy as np
+import pytest
+
+from ridgefill import synth
+from ridgefill.evals import prefill, splice
+from ridgefill.evals.session import variants_named
+from ridgefill.runtime import Model
+
+
+def test_with_exact_norms_keeps_direction_and_takes_norm():
+    rng = np.random.default_rng(0)
+    filled, exact = rng.normal(size=(5, 3 * 4)), rng.normal(size=(5, 3 * 4))
+    out = splice.with_exact_norms(filled, exact, head_dim=4).reshape(5, 3, 4)
+    f, e = filled.reshape(5, 3, 4), exact.reshape(5, 3, 4)
+    np.testing.assert_allclose(np.linalg.norm(out, axis=2), np.linalg.norm(e, axis=2), rtol=1e-5)
+    cos = (out * f).sum(2) / np.linalg.norm(out, axis=2) / np.linalg.norm(f, axis=2)
+    np.testing.assert_allclose(cos, 1.0, rtol=1e-5)
+
+
+def test_splice_variants_are_registered():
+    names = [v.name for v in variants_named(["ridge-k", "ridge-v", "ridge-knorm", "ridge-kv", "identity-kv"])]
+    assert names == ["ridge-k", "ridge-v", "ridge-knorm", "ridge-kv", "identity-kv"]
+
+
+@pytest.mark.slow
+def test_splicing_k_and_v_reproduces_the_exact_cut_run(smollm2_path, sample_text, tmp_path):
+    """identity fill of real SmolLM2 at split 20 + exact K and V in every filled late row = exact values."""
+    model = Model(smollm2_path)
+    toks = model.tokenize(sample_text)[:700]
+    sinks, tail = 4, 100
+
+    def last_logits(mode, split, hook=None):
+        ctx = model.context(n_ctx=1024, n_batch=256, n_ubatch=64, threads=2, kv_type="f32")
+        ctx.set_fill(mode, split)
+        head = prefill.run_head(ctx, toks, sinks, tail, hook=hook)
+        assert head.n_filled == (0 if mode == "exact" else len(toks) - sinks - tail)
+        prefill.greedy(head, 0)
+        return ctx.logits()[0]
+
+    cut = last_logits("identity", model.n_layer)          # exact values, the fill run's batches
+    fill = last_logits("identity", 20)
+    kv = last_logits("identity", 20, lambda h: splice.splice(h, ("k", "v")))
+    k = last_logits("identity", 20, lambda h: splice.splice(h, ("k",)))
+    knorm = last_logits("identity", 20, lambda h: splice.splice(h, ("knorm",)))
+    gap = np.abs(fill - cut).max()
+    print(f"max |logit - exact-cut|: fill {gap:.3g}, K {np.abs(k - cut).max():.3g}, "
+          f"K-norm {np.abs(knorm - cut).max():.3g}, K+V {np.abs(kv - cut).max():.3g}")
+    assert gap > 1e-2
+    np.testing.assert_array_equal(kv, cut)
+    assert not np.array_equal(k, cut) and not np.array_equal(k, fill)
+    assert not np.array_equal(knorm, fill)
