@@ -51,3 +51,25 @@ def test_splicing_k_and_v_reproduces_the_exact_cut_run(smollm2_path, sample_text
     np.testing.assert_array_equal(kv, cut)
     assert not np.array_equal(k, cut) and not np.array_equal(k, fill)
     assert not np.array_equal(knorm, fill)
+
+
+def test_gap_shares_from_records():
+    from ridgefill.evals import attribution
+
+    rng = np.random.default_rng(1)
+    recs = []
+    for i in range(40):
+        base = rng.normal()
+        vals = {"exact": base, "exact-cut": base, "ridge": base + 1.0, "ridge-k": base + 0.25, "ridge-v": base + 1.0,
+                "ridge-kv": base}
+        for v, x in vals.items():
+            recs.append({"task": "loss", "variant": v, "item": f"d{i}", "cluster": f"d{i}", "split": None if v == "exact" else 15,
+                         "sinks": 4, "tail": 64, "n_tokens": 512, "loss_all": x + 0.01 * rng.normal(), "loss_distant": None,
+                         "n_scored": 10, "n_distant": 0})
+    rows = attribution.shares(recs, n_boot=2000)
+    (row,) = [r for r in rows if r["metric"] == "loss_all"]
+    assert row["gap_resolved"] and abs(row["gap"]["mean"] - 1.0) < 0.02
+    assert abs(row["k"]["share"] - 0.75) < 0.02 and row["k"]["lo"] < 0.75 < row["k"]["hi"]
+    assert abs(row["v"]["share"]) < 0.02 and abs(row["kv"]["share"] - 1.0) < 0.02
+    assert "knorm" not in row
+    assert "share k" in attribution.markdown(rows)

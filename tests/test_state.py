@@ -33,6 +33,18 @@ def ridge_model(smollm2_path, tmp_path_factory):
     return Model(pack.pack(smollm2_path, maps, ident, Provenance(), out, map_type="f32")), maps
 
 
+@pytest.fixture(scope="module")
+def fitted_model(smollm2_path, tmp_path_factory):
+    """SmolLM2 with maps fitted at SPLIT on 4096 calibration tokens (F16 maps, as `ridgefill fit` writes)."""
+    from ridgefill import pipeline
+    from ridgefill.calibrate import CaptureConfig
+
+    stats = pipeline.calibrate(smollm2_path, CaptureConfig(split=SPLIT, tokens=4096, window=1024, threads=2))
+    out = tmp_path_factory.mktemp("fitted") / "fitted.gguf"
+    pipeline.fit_and_pack(smollm2_path, stats, out)
+    return Model(out), pack.read_maps(out)
+
+
 def _ctx(model, flash_attn="on", kv_type="f32", capture=()):
     return model.context(n_ctx=1024, n_batch=256, n_ubatch=64, threads=2, flash_attn=flash_attn,
                          kv_type=kv_type, capture=capture)
@@ -74,10 +86,14 @@ def rope_norm(k, pos, hd, base):
     return k.reshape(len(k), -1)
 
 
-@pytest.mark.parametrize("flash_attn", ["on", "off"])
-def test_filled_kv_equals_numpy_from_h_s(ridge_model, prompt, flash_attn):
+@pytest.mark.parametrize("maps_kind,flash_attn", [("fitted", "on"), ("fitted", "off"), ("random", "on")])
+def test_filled_kv_equals_numpy_from_h_s(request, prompt, maps_kind, flash_attn):
     """K/V written by the fill path = attn-norm, K/V projections and RoPE of W h_s + b (numpy)."""
-    model, maps = ridge_model
+    if maps_kind == "fitted":
+        model, maps = request.getfixturevalue("fitted_model")
+    else:
+        model, m = request.getfixturevalue("ridge_model")
+        maps = {il: (m.weights[j], m.biases[j]) for j, il in enumerate(m.layers)}
     ctx = _ctx(model, flash_attn, capture=[SPLIT])
     ctx.set_fill("ridge")
     h_rows = {}
@@ -87,16 +103,16 @@ def test_filled_kv_equals_numpy_from_h_s(ridge_model, prompt, flash_attn):
     h_s = np.concatenate([h_rows[s] for s in sorted(h_rows)])[lo:hi].astype(np.float64)
     pos = np.arange(lo, hi, dtype=np.float64)
     for il in (SPLIT + 1, SPLIT + 5, model.n_layer - 1):
-        j = maps.layers.index(il)
+        w, b = maps[il]
         lw = LayerWeights(model.path, il)
-        k_want, v_want = lw.kv(h_s @ maps.weights[j].T.astype(np.float64) + maps.biases[j], pos)
+        k_want, v_want = lw.kv(h_s @ w.T.astype(np.float64) + b, pos)
         k_got, v_got = ctx.state_get(il, "k", lo, hi), ctx.state_get(il, "v", lo, hi)
         k_err = np.abs(k_got - k_want).max() / np.abs(k_want).max()
         v_err = np.abs(v_got - v_want).max() / np.abs(v_want).max()
         # no map: what a fill path that ignored the map would write
         k_nomap, _ = lw.kv(h_s, pos)
         k_nomap_err = np.abs(k_got - k_nomap).max() / np.abs(k_want).max()
-        print(f"layer {il}: relative K error {k_err:.2e}, V error {v_err:.2e} (without the map: {k_nomap_err:.2e})")
+        print(f"{maps_kind} maps, layer {il}: relative K error {k_err:.2e}, V error {v_err:.2e} (without the map: {k_nomap_err:.2e})")
         # llama.cpp quantizes activations to 8 bits against the Q4_1 weights: ~1e-2 is its noise floor
         assert k_err < 3e-2 and v_err < 3e-2
         assert k_nomap_err > 10 * k_err

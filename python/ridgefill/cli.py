@@ -278,6 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--identity-maps", type=int, metavar="S", help="add identity ridge maps fitted 'at' split S")
     sy.set_defaults(func=_cmd_synth)
 
+    from .cli_eval import add_eval_parser
+
+    add_eval_parser(sub)
+
     dm = sub.add_parser("demo", help="the main job on the default model (what `make demo` runs)")
     dm.add_argument("--model", default=models.DEFAULT_MODEL, choices=sorted(models.REGISTRY))
     dm.add_argument("--threads", type=int, default=None)

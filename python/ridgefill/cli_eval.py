@@ -17,7 +17,10 @@ COMMANDS = {
     "needle": (("needle",), "needle retrieval with every needle inside the filled region [k, N-T)"),
     "loss": (("loss",), "loss on distant-dependent tail tokens (LongPPL-style) and on all tail tokens"),
     "sweep": (("needle", "loss"), "both measurements, on the same sweep"),
+    "splice": (("needle", "loss"), "splice attribution: the share of the ridge-vs-exact gap closed by exact K, V, "
+                                   "K norms, K+V in the filled rows"),
 }
+SPLICE_MODES = ("exact", "exact-cut", "ridge", "ridge-k", "ridge-v", "ridge-knorm", "ridge-kv")
 MAX_NEW = 256  # room after the prompt for generated answers
 
 
@@ -59,9 +62,10 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sinks", type=int, metavar="K", help="sink rows k")
     p.add_argument("--tail", type=int_list, metavar="T[,T...]", help="tail rows T")
     p.add_argument("--lengths", type=int_list, metavar="N[,N...]", help="prompt lengths in tokens")
-    p.add_argument("--modes", type=str_list, default=("exact", "identity", "ridge"),
+    p.add_argument("--modes", type=str_list, default=None,
                    help="variants to run (default exact,identity,ridge; also exact-cut: exact values in the fill "
-                        "run's batches; modules may register more, e.g. splices)")
+                        "run's batches; ridge-k, -v, -knorm, -kv: splices; eval splice runs "
+                        "exact,exact-cut,ridge and the ridge splices)")
     p.add_argument("--needle-tasks", type=str_list, metavar="TASK[,TASK...]",
                    help="needle tasks as task/haystack/value, e.g. single/noise/uuid,multikey/prose/number")
     p.add_argument("--items", type=int, metavar="N", help="needle items per task and length")
@@ -95,16 +99,26 @@ def cmd_eval(args) -> int:
     from .evals.session import Session, variants_named
 
     plan = plan_from_args(args)
-    variants = variants_named(args.modes)
+    splice_cmd = args.eval_cmd == "splice"
+    variants = variants_named(args.modes or (SPLICE_MODES if splice_cmd else ("exact", "identity", "ridge")))
     paths = args.model or default_models(args.threads)
     out = Path(args.out or f"ridgefill-eval-{plan.name}")
     session = Session(paths, n_ctx=max(plan.lengths) + MAX_NEW, threads=args.threads, n_gpu_layers=args.gpu_layers)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     res = runner.run(session, plan, out, variants, progress=not args.quiet, log=log, plots=not args.no_plots)
+    if splice_cmd:
+        from .evals import attribution
+
+        res.document["splice_shares"] = rows = attribution.shares(res.document["records"], n_boot=plan.n_boot,
+                                                                  seed=plan.seed)
+        (out / "results.json").write_text(json.dumps(res.document, indent=1))
+        (out / "splices.md").write_text(attribution.markdown(rows) + "\n")
     if args.json:
         print(json.dumps(res.document, indent=1))
     else:
         print(Path(out / "summary.md").read_text())
+        if splice_cmd:
+            print(Path(out / "splices.md").read_text())
         log(f"{res.n_run} measured, {res.n_resumed} resumed, {res.seconds:.0f} s; results in {out}/")
     return 0
 
