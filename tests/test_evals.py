@@ -287,6 +287,8 @@ def test_run_structure_and_resume(session, tmp_path):
     assert (tmp_path / "results.jsonl").read_text().count("\n") == lines
     assert again.document["summary"] == doc["summary"]
 
+    with pytest.raises(ValueError, match="window"):
+        runner.run(session, plan.with_(window=32), tmp_path, progress=False, plots=False)
     wider = runner.run(session, plan.with_(splits=(SPLIT, 20)), tmp_path, progress=False, plots=False)
     assert wider.unavailable == ["ridge@20"]  # identity runs at any split, ridge only where maps are
     assert wider.n_run == 3 * 2  # identity at split 20, per item and tail

@@ -134,6 +134,14 @@ def check_plan(plan: Plan, variants: Sequence[Variant]) -> None:
         raise ValueError("a plan needs at least one length and one tail")
 
 
+def check_window(store: ResultStore, plan: Plan) -> None:
+    """Resumed loss records must share the plan's distant-token window."""
+    used = {r["window"] for r in store.all() if r["task"] == "loss" and "window" in r}
+    if used - {plan.window}:
+        raise ValueError(f"{store.path} holds loss results with window {sorted(used)}, not {plan.window}; "
+                         "use another output directory")
+
+
 def run(session: Session, plan: Plan, out_dir: str | Path, variants: Sequence[Variant] = DEFAULT_VARIANTS,
         progress: bool = True, log: Callable[[str], None] = lambda msg: None, plots: bool = True) -> RunResult:
     """Measure every job not yet in out_dir/results.jsonl, then write the summary files."""
@@ -143,6 +151,8 @@ def run(session: Session, plan: Plan, out_dir: str | Path, variants: Sequence[Va
     check_plan(plan, variants)
     out = Path(out_dir)
     store = ResultStore(out / "results.jsonl")
+    if "loss" in plan.tasks:
+        check_window(store, plan)
     splits = resolve_splits(plan, session)
     all_jobs = list(jobs(make_items(session.base, plan, out / "items"), plan, splits, variants))
     unavailable = sorted({f"{j.variant.name}@{j.split}" for j in all_jobs if session.model_for(j.variant, j.split) is None})
