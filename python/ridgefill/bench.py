@@ -87,11 +87,14 @@ def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identit
     return out
 
 
-def _server_prompt(m: Model, n_tokens: int, run: int) -> list[int]:
-    """n_tokens of evaluation prose, a different slice per run (no prefix is ever shared)."""
+def _prose_tokens(m: Model) -> np.ndarray:
     from . import corpus
 
-    toks = m.tokenize("\n\n".join(d.text for d in corpus.evaluation_documents()), add_special=False)
+    return m.tokenize("\n\n".join(d.text for d in corpus.evaluation_documents()), add_special=False)
+
+
+def _server_prompt(m: Model, toks: np.ndarray, n_tokens: int, run: int) -> list[int]:
+    """n_tokens of evaluation prose, a different slice per run (no prefix is ever shared)."""
     start = (run * 7919) % max(1, len(toks) - n_tokens)
     piece = np.resize(toks[start : start + n_tokens], n_tokens)
     if m.add_bos:
@@ -130,6 +133,7 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
     servers = {x: LlamaServer(model, _server_args(x, split, sinks, tail, batch, ubatch), ctx=max(lengths) + 64,
                               threads=threads) for x in fill_modes}
     serve = lambda mode: servers.get(mode, servers[fill_modes[0]])  # noqa: E731
+    prose = _prose_tokens(m)
     results = []
     try:
         for srv in servers.values():
@@ -138,7 +142,7 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
             r = LengthResult(n, {mode: [] for mode in modes})
             for i in range(runs):
                 for j, mode in enumerate(modes):
-                    body = {"prompt": _server_prompt(m, n, i * len(modes) + j), "n_predict": 1,
+                    body = {"prompt": _server_prompt(m, prose, n, i * len(modes) + j), "n_predict": 1,
                             "temperature": 0.0, "cache_prompt": False, "ridgefill": mode}
                     t0 = time.perf_counter()
                     t = serve(mode).post("/completion", body)["timings"]
