@@ -3,10 +3,9 @@
 import numpy as np
 import pytest
 
-from ridgefill import pack, synth
-from ridgefill.ridge import LayerFit, Maps
+from conftest import random_maps_model
+from ridgefill import synth
 from ridgefill.runtime import Model
-from ridgefill.stats import Provenance
 
 pytestmark = pytest.mark.slow
 
@@ -36,15 +35,7 @@ def passthrough_maps(smollm2_path, tmp_path_factory):
 @pytest.fixture(scope="module")
 def random_maps(smollm2_path, tmp_path_factory):
     """Real SmolLM2 + random, non-symmetric F32 maps: the prediction is easy to recompute."""
-    ident = pack.identity_of(smollm2_path)
-    rng = np.random.default_rng(0)
-    layers = list(range(SPLIT + 1, ident.n_layer))
-    d = ident.n_embd
-    w = (np.eye(d) + 0.05 * rng.normal(size=(len(layers), d, d))).astype(np.float32)
-    b = (0.1 * rng.normal(size=(len(layers), d))).astype(np.float32)
-    maps = Maps(SPLIT, layers, w, b, [LayerFit(l, 0, 0, 0, 0, 0, 0) for l in layers])
-    out = tmp_path_factory.mktemp("rand") / "rand.gguf"
-    return Model(pack.pack(smollm2_path, maps, ident, Provenance(), out, map_type="f32")), maps
+    return random_maps_model(smollm2_path, SPLIT, tmp_path_factory.mktemp("rand") / "rand.gguf", seed=0)
 
 
 def _last_logits(model, toks, mode, split=None, sinks=SINKS, tail=TAIL, **ctx_kw):

@@ -3,11 +3,10 @@
 import numpy as np
 import pytest
 
+from conftest import random_maps_model
 from ridgefill import pack
 from ridgefill.gguf_io import open_gguf
-from ridgefill.ridge import LayerFit, Maps
 from ridgefill.runtime import Model
-from ridgefill.stats import Provenance
 
 pytestmark = pytest.mark.slow
 
@@ -22,15 +21,7 @@ def prompt(smollm2, sample_text):
 @pytest.fixture(scope="module")
 def ridge_model(smollm2_path, tmp_path_factory):
     """SmolLM2 + random, non-symmetric maps far from the identity (so a wrong map shows)."""
-    ident = pack.identity_of(smollm2_path)
-    rng = np.random.default_rng(3)
-    layers = list(range(SPLIT + 1, ident.n_layer))
-    d = ident.n_embd
-    w = (np.eye(d) + 0.05 * rng.normal(size=(len(layers), d, d))).astype(np.float32)
-    b = (0.1 * rng.normal(size=(len(layers), d))).astype(np.float32)
-    maps = Maps(SPLIT, layers, w, b, [LayerFit(l, 0, 0, 0, 0, 0, 0) for l in layers])
-    out = tmp_path_factory.mktemp("state") / "rand.gguf"
-    return Model(pack.pack(smollm2_path, maps, ident, Provenance(), out, map_type="f32")), maps
+    return random_maps_model(smollm2_path, SPLIT, tmp_path_factory.mktemp("state") / "rand.gguf", seed=3)
 
 
 @pytest.fixture(scope="module")
