@@ -80,11 +80,12 @@ def test_bench_takes_split_sinks_and_tail_from_the_maps(tmp_path, smollm2_path):
     assert out.returncode == 0 and "rows filled" not in out.stderr
 
 
-def test_synth_cli_writes_a_tiny_moe_with_maps(tmp_path):
+@pytest.mark.parametrize("shape", ["tiny-qwen3moe", "tiny-qwen35moe"])
+def test_synth_cli_writes_a_tiny_moe_with_maps(tmp_path, shape):
     import sys
 
     out = tmp_path / "tq.gguf"
-    run = subprocess.run([sys.executable, "-m", "ridgefill", "synth", "--shape", "tiny-qwen3moe", "-o", str(out),
+    run = subprocess.run([sys.executable, "-m", "ridgefill", "synth", "--shape", shape, "-o", str(out),
                           "--weight-type", "f16", "--passthrough", "4", "--identity-maps", "4"],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -92,6 +93,25 @@ def test_synth_cli_writes_a_tiny_moe_with_maps(tmp_path):
     res = _bench(out, "--ridgefill", "ridge", "--ridgefill-tail", "100")
     assert res.returncode == 0, res.stderr[-2000:]
     assert "ridgefill ridge, split 4, sink 4, tail 100: 196 rows filled, 104 full" in res.stderr
+
+
+def test_bench_ttft_on_the_tiny_hybrid_moe_prints_exact_and_ridge(tmp_path):
+    """The hybrid MoE (Gated DeltaNet + attention) through llama-bench: both modes, ratio and bound."""
+    import sys
+
+    out = tmp_path / "h.gguf"
+    run = subprocess.run([sys.executable, "-m", "ridgefill", "synth", "--shape", "tiny-qwen35moe", "-o", str(out),
+                          "--weight-type", "f16", "--identity-maps", "2"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    res = subprocess.run([sys.executable, "-m", "ridgefill", "bench", "ttft", "--model", str(out), "--lengths", "1024",
+                          "--runs", "1", "--modes", "exact", "ridge", "--sinks", "4", "--tail", "256", "--paths", "bench",
+                          "--json"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    print(res.stderr[-1500:])
+    row = json.loads(res.stdout)["llama-bench"]["results"][0]
+    assert set(row["median_ms"]) == {"exact", "ridge"} and row["median_ms"]["exact"] > 0
+    assert row["ratio_ridge"] > 0 and row["bound_ridge"] > 1
+    assert "764 rows filled" in row["fill_rows"]["ridge"]
 
 
 @pytest.mark.slow

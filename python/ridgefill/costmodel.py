@@ -1,9 +1,17 @@
 """Multiply-add cost model of a prefill: the physical limit of RidgeFill's speed-up.
 
-Per row and layer: a full layer costs its projections d(d_q + 2 d_kv) + d_q d, its FFN
-3 d d_ff (active experts for MoE) and causal attention 2 p d_q at position p. A filled
-late layer costs its map d² (none for identity) and its K/V projections 2 d d_kv; the
-split layer itself only its K/V projections. Sinks and tail rows run the full model.
+Per row, a full attention layer costs its projections d(d_q' + 2 d_kv) + d_q d (d_q' = 2 d_q
+where Q also yields an output gate, qwen35), its FFN 3 d d_ff (active experts and shared
+expert for MoE) and causal attention 2 p d_q at position p. A full Gated DeltaNet layer
+(hybrid models) costs its input projections d(c + d_v + 2 H) (c = 2 d_k + d_v conv
+channels, d_v for the output gate, H heads for beta and alpha), the conv c w, the
+delta rule 4 H s² (decay, S^T k, outer product, S^T q with s x s state per head), the
+out-projection d_v d and its FFN.
+
+A filled late layer costs its map d² (none for identity) plus what writes its memory:
+K/V projections 2 d d_kv, or the input projections, conv and delta rule of a linear
+layer (the fused kernel also produces its output). The split layer only writes its
+memory. Sinks and tail rows run the full model.
 """
 
 from __future__ import annotations
@@ -18,6 +26,12 @@ class Shape:
     d_q: int
     d_kv: int
     d_ff: int  # per-token FFN width (for MoE: active experts' total, shared included)
+    q_gate: bool = False  # the Q projection also yields a per-head output gate (qwen35, qwen3next)
+    attn_interval: int = 0  # hybrid: every attn_interval-th layer attends, the others are Gated DeltaNet
+    ssm_heads: int = 0  # value heads H of a linear layer
+    ssm_key_dim: int = 0  # d_k = key heads x state size
+    ssm_state: int = 0  # s: per-head state is s x s
+    ssm_conv: int = 4  # conv kernel width w
 
     @classmethod
     def from_model(cls, model) -> "Shape":
@@ -34,18 +48,56 @@ class Shape:
 
     @classmethod
     def from_metadata(cls, meta: dict, arch: str) -> "Shape":
-        d = int(meta[f"{arch}.embedding_length"])
-        n_head = int(meta[f"{arch}.attention.head_count"])
-        n_head_kv = int(meta.get(f"{arch}.attention.head_count_kv", n_head))
-        head = int(meta.get(f"{arch}.attention.key_length", d // n_head))
-        d_ff = int(meta[f"{arch}.feed_forward_length"])
-        if int(meta.get(f"{arch}.expert_used_count", 0) or 0):  # MoE: the active experts' width
-            d_ff = int(meta[f"{arch}.expert_used_count"]) * int(meta[f"{arch}.expert_feed_forward_length"])
-        return cls(int(meta[f"{arch}.block_count"]), d, n_head * head, n_head_kv * head, d_ff)
+        def get(key, default=None):
+            v = meta.get(f"{arch}.{key}", default)
+            if v is None:
+                raise ValueError(f"metadata has no {arch}.{key}")
+            return int(v)
+
+        d = get("embedding_length")
+        n_head = get("attention.head_count")
+        n_head_kv = get("attention.head_count_kv", n_head)
+        head = get("attention.key_length", d // n_head)
+        d_ff = get("feed_forward_length")
+        if get("expert_used_count", 0):  # MoE: the active experts' width, plus a shared expert's
+            d_ff = get("expert_used_count") * get("expert_feed_forward_length") + \
+                get("expert_shared_feed_forward_length", 0)
+        hybrid = {}
+        if f"{arch}.ssm.state_size" in meta and arch in ("qwen35", "qwen35moe", "qwen3next"):
+            s = get("ssm.state_size")
+            hybrid = dict(q_gate=True, attn_interval=get("full_attention_interval", 4), ssm_heads=get("ssm.time_step_rank"),
+                          ssm_key_dim=s * get("ssm.group_count"), ssm_state=s, ssm_conv=get("ssm.conv_kernel"))
+        return cls(get("block_count"), d, n_head * head, n_head_kv * head, d_ff, **hybrid)
+
+    def is_attention(self, il: int) -> bool:
+        return self.attn_interval == 0 or (il + 1) % self.attn_interval == 0
 
 
-def _full_row(sh: Shape, p: float) -> float:
-    return sh.d * (sh.d_q + 2 * sh.d_kv) + sh.d_q * sh.d + 3 * sh.d * sh.d_ff + 2 * p * sh.d_q
+def _ffn(sh: Shape) -> float:
+    return 3 * sh.d * sh.d_ff
+
+
+def _memory_write(sh: Shape, il: int) -> float:
+    """What writes layer il's memory for one row: K/V projections, or a linear layer's state update."""
+    if sh.is_attention(il):
+        return 2 * sh.d * sh.d_kv
+    d_v = sh.ssm_heads * sh.ssm_state
+    channels = 2 * sh.ssm_key_dim + d_v
+    return sh.d * (channels + 2 * sh.ssm_heads) + channels * sh.ssm_conv + 4 * sh.ssm_heads * sh.ssm_state ** 2
+
+
+def _full_row(sh: Shape, il: int) -> float:
+    """A full layer's cost for one row, without the position-dependent attention."""
+    if sh.is_attention(il):
+        d_q_proj = sh.d_q * (2 if sh.q_gate else 1)
+        return sh.d * (d_q_proj + 2 * sh.d_kv) + sh.d_q * sh.d + _ffn(sh)
+    d_v = sh.ssm_heads * sh.ssm_state
+    return _memory_write(sh, il) + sh.d * d_v + d_v * sh.d + _ffn(sh)  # + output gate and out-projection
+
+
+def _attn(sh: Shape, il: int) -> float:
+    """Attention cost per row per unit of position (2 p d_q at position p)."""
+    return 2 * sh.d_q if sh.is_attention(il) else 0.0
 
 
 def _sum_positions(lo: int, hi: int) -> float:
@@ -53,24 +105,24 @@ def _sum_positions(lo: int, hi: int) -> float:
     return (hi - lo) * (lo + hi - 1) / 2 if hi > lo else 0.0
 
 
+def _full_rows(sh: Shape, layers, lo: int, hi: int) -> float:
+    """Cost of running `layers` fully for the rows [lo, hi)."""
+    return sum((hi - lo) * _full_row(sh, il) + _attn(sh, il) * _sum_positions(lo, hi) for il in layers)
+
+
 def prefill_cost(sh: Shape, n: int, split: int | None = None, sinks: int = 0, tail: int = 0,
                  with_map: bool = True) -> float:
     """Multiply-adds of a prompt of n rows; split=None is the exact prefill."""
-    per_layer_const = _full_row(sh, 0)
-    attn = 2 * sh.d_q
-    exact = sh.n_layer * (n * per_layer_const + attn * _sum_positions(0, n))
-    if split is None:
-        return exact
+    layers = range(sh.n_layer)
+    exact = _full_rows(sh, layers, 0, n)
     lo, hi = sinks, n - tail
-    if hi <= lo:
+    if split is None or hi <= lo:
         return exact
     m = hi - lo
-    filled_exact_part = split * (m * per_layer_const + attn * _sum_positions(lo, hi))
-    kv = 2 * sh.d * sh.d_kv
-    late = sh.n_layer - split - 1
-    filled_rest = m * (kv + late * (kv + (sh.d * sh.d if with_map else 0)))
-    full_filled_rows = sh.n_layer * (m * per_layer_const + attn * _sum_positions(lo, hi))
-    return exact - full_filled_rows + filled_exact_part + filled_rest
+    late = range(split + 1, sh.n_layer)
+    filled = (_full_rows(sh, range(split), lo, hi) + m * _memory_write(sh, split)
+              + m * sum(_memory_write(sh, il) + (sh.d * sh.d if with_map else 0) for il in late))
+    return exact - _full_rows(sh, layers, lo, hi) + filled
 
 
 def bound(sh: Shape, n: int, split: int, sinks: int, tail: int, with_map: bool = True) -> float:

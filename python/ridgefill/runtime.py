@@ -212,7 +212,7 @@ class Context:
             else:
                 self._prefill(tokens[:cut], pos0, seq_id, on_chunk, last_output=False)
                 before_tail(self)
-                res = self._prefill(tokens[cut:], pos0 + cut, seq_id, on_chunk)
+                res = self._prefill(tokens[cut:], pos0 + cut, seq_id, on_chunk, offset=cut)
                 res.n_tokens = len(tokens)
         finally:
             self._c.set_fill_range(seq_id, 0, 0)  # later decodes at these positions run exact
@@ -220,7 +220,8 @@ class Context:
         res.fill_range = rng
         return res
 
-    def _prefill(self, tokens, pos0, seq_id, on_chunk, last_output: bool = True) -> PrefillResult:
+    def _prefill(self, tokens, pos0, seq_id, on_chunk, last_output: bool = True, offset: int = 0) -> PrefillResult:
+        """`offset`: index of tokens[0] in the caller's prompt (on_chunk gets prompt indices)."""
         if tokens.ndim != 1 or len(tokens) == 0:
             raise ValueError("prefill needs a non-empty 1-D token array")
         if pos0 + len(tokens) > self.n_ctx:
@@ -231,9 +232,9 @@ class Context:
             piece = tokens[start : start + self.n_batch]
             last = last_output and start + len(piece) == len(tokens)
             self._c.decode(piece, pos0 + start, seq_id, "last" if last else "none")
-            chunks.append((start, len(piece)))
+            chunks.append((offset + start, len(piece)))
             if on_chunk is not None:
-                on_chunk(self, start, len(piece))
+                on_chunk(self, offset + start, len(piece))
         seconds = time.perf_counter() - t0
         logits = self._c.logits()[0] if last_output else np.empty(0, np.float32)
         return PrefillResult(len(tokens), seconds, logits, chunks)
@@ -265,10 +266,12 @@ class Context:
                 out[idx] = self._c.token_logprobs(cont[idx])
         return out
 
-    def greedy(self, prompt, n_new: int, seq_id: int = 0, stop: Sequence[int] = ()) -> list[int]:
-        """Clear `seq_id`, prefill `prompt`, then decode greedily (argmax) up to n_new tokens."""
+    def greedy(self, prompt, n_new: int, seq_id: int = 0, stop: Sequence[int] = (),
+               sinks: int | None = None, tail: int | None = None) -> list[int]:
+        """Clear `seq_id`, prefill `prompt` (sinks/tail as in prefill), then decode greedily (argmax)
+        up to n_new tokens; every decoding step runs the full model."""
         self.seq_rm(seq_id)
-        res = self.prefill(prompt, seq_id=seq_id)
+        res = self.prefill(prompt, seq_id=seq_id, sinks=sinks, tail=tail)
         out: list[int] = []
         logits = res.logits
         pos = len(prompt)

@@ -71,6 +71,22 @@ class Shape:
     n_expert: int = 0  # MoE FFN: experts, experts per token, expert FFN width
     n_expert_used: int = 0
     d_ff_exp: int = 0
+    d_ff_shexp: int = 0  # shared expert beside the routed ones (qwen35moe)
+    # hybrid (qwen35*): every `attn_interval`-th layer attends, the others are Gated DeltaNet
+    attn_interval: int = 0
+    ssm_d_state: int = 0  # key/value head width of the linear attention
+    ssm_n_group: int = 0  # key heads
+    ssm_dt_rank: int = 0  # value heads
+    ssm_d_conv: int = 4
+    rope_dim: int = 0  # rotated dims per head (0: all)
+    rope_sections: tuple[int, ...] = ()  # MRoPE sections (qwen35*)
+
+    @property
+    def hybrid(self) -> bool:
+        return self.attn_interval > 0
+
+    def is_attention(self, il: int) -> bool:
+        return not self.hybrid or (il + 1) % self.attn_interval == 0
 
 
 SHAPES = {
@@ -83,7 +99,16 @@ SHAPES = {
     "qwen3-8b": Shape("qwen3", 36, 4096, 32, 8, 128, 12288, qk_norm=True),
     "qwen3-30b-a3b": Shape("qwen3moe", 48, 2048, 32, 4, 128, 6144, qk_norm=True,
                            n_expert=128, n_expert_used=8, d_ff_exp=768),
+    "tiny-qwen35": Shape("qwen35", 8, 256, 4, 2, 64, 768, qk_norm=True, attn_interval=4, ssm_d_state=32,
+                         ssm_n_group=2, ssm_dt_rank=4, rope_dim=16, rope_sections=(3, 3, 2, 0)),
+    "tiny-qwen35moe": Shape("qwen35moe", 8, 256, 4, 2, 64, 768, qk_norm=True, n_expert=8, n_expert_used=2,
+                            d_ff_exp=128, d_ff_shexp=128, attn_interval=4, ssm_d_state=32, ssm_n_group=2,
+                            ssm_dt_rank=4, rope_dim=16, rope_sections=(3, 3, 2, 0)),
+    "qwen3.5-9b": Shape("qwen35", 32, 4096, 16, 4, 256, 12288, qk_norm=True, attn_interval=4, ssm_d_state=128,
+                        ssm_n_group=16, ssm_dt_rank=32, rope_dim=64, rope_sections=(11, 11, 10, 0)),
 }
+
+_F32_TENSORS = re.compile(r".*\.ssm_conv1d\.weight$")  # the conv kernel stays F32 (ggml_ssm_conv)
 
 
 def random_model(shape: str, out: str | os.PathLike, tokenizer_from: str | os.PathLike, seed: int = 0,
@@ -92,7 +117,8 @@ def random_model(shape: str, out: str | os.PathLike, tokenizer_from: str | os.Pa
 
     Projections are drawn with std 1/sqrt(fan_in) and residual writes scaled by 1/sqrt(2L),
     so activations stay finite over long prompts; norms are 1. `shared_layers`: every layer
-    gets the same draws (same speed, a fraction of the time to write an 8B-sized file).
+    of a kind (attention, linear attention) gets the same draws (same speed, a fraction of
+    the time to write an 8B-sized file).
     """
     import gguf
 
@@ -126,30 +152,62 @@ def _random_tensors(sh: Shape, n_vocab: int, rng: np.random.Generator, shared_la
     bias = lambda n: (0.1 * rng.standard_normal(n)).astype(np.float32)  # noqa: E731
     tensors = [("token_embd.weight", w(n_vocab, d, scale=np.sqrt(d))), ("output_norm.weight", ones(d)),
                ("output.weight", w(n_vocab, d))]
-    first = len(tensors)
+    drawn: dict[bool, tuple[int, int]] = {}  # layer kind (attention?) -> its first layer's tensors
     for i in range(sh.n_layer):
         p = f"blk.{i}."
-        if shared_layers and i > 0:  # the same arrays under this layer's names
-            per_layer = tensors[first : first + n_per_layer]
-            tensors += [(p + name.split(".", 2)[2], arr) for name, arr in per_layer]
+        kind = sh.is_attention(i)
+        if shared_layers and kind in drawn:  # the same arrays as the first layer of this kind
+            start, stop = drawn[kind]
+            tensors += [(p + name.split(".", 2)[2], arr) for name, arr in tensors[start:stop]]
             continue
-        tensors += [(p + "attn_norm.weight", ones(d)),
-                    (p + "attn_q.weight", w(hq, d)), (p + "attn_k.weight", w(hkv, d)), (p + "attn_v.weight", w(hkv, d)),
-                    (p + "attn_output.weight", w(d, hq, scale=res)), (p + "ffn_norm.weight", ones(d))]
+        start = len(tensors)
+        # qwen35*: the attention's Q projection also yields the output gate; the FFN norm is post-attention
+        q_rows = 2 * hq if sh.hybrid else hq
+        ffn_norm = "post_attention_norm" if sh.hybrid else "ffn_norm"
+        tensors += [(p + "attn_norm.weight", ones(d)), (p + f"{ffn_norm}.weight", ones(d))]
+        if sh.is_attention(i):
+            tensors += [(p + "attn_q.weight", w(q_rows, d)), (p + "attn_k.weight", w(hkv, d)),
+                        (p + "attn_v.weight", w(hkv, d)), (p + "attn_output.weight", w(d, hq, scale=res))]
+        else:
+            tensors += _linear_attention_tensors(sh, p, w, rng, res)
         if sh.qkv_bias:
             tensors += [(p + "attn_q.bias", bias(hq)), (p + "attn_k.bias", bias(hkv)), (p + "attn_v.bias", bias(hkv))]
-        if sh.qk_norm:
+        if sh.qk_norm and sh.is_attention(i):
             tensors += [(p + "attn_q_norm.weight", ones(sh.head_dim)), (p + "attn_k_norm.weight", ones(sh.head_dim))]
         if sh.n_expert:
             e, f = sh.n_expert, sh.d_ff_exp
             tensors += [(p + "ffn_gate_inp.weight", w(e, d)),
                         (p + "ffn_gate_exps.weight", w(e, f, d)), (p + "ffn_up_exps.weight", w(e, f, d)),
                         (p + "ffn_down_exps.weight", w(e, d, f, scale=res))]
+            if sh.d_ff_shexp:
+                g = sh.d_ff_shexp
+                tensors += [(p + "ffn_gate_inp_shexp.weight", w(d)),
+                            (p + "ffn_gate_shexp.weight", w(g, d)), (p + "ffn_up_shexp.weight", w(g, d)),
+                            (p + "ffn_down_shexp.weight", w(d, g, scale=res))]
         else:
             tensors += [(p + "ffn_gate.weight", w(sh.d_ff, d)), (p + "ffn_up.weight", w(sh.d_ff, d)),
                         (p + "ffn_down.weight", w(d, sh.d_ff, scale=res))]
-        n_per_layer = len(tensors) - first
+        drawn[kind] = (start, len(tensors))
     return tensors
+
+
+def _linear_attention_tensors(sh: Shape, p: str, w, rng: np.random.Generator, res: float):
+    """A Gated DeltaNet layer's tensors (llama.cpp's qwen35 names and shapes).
+
+    ssm_a is -exp(A_log) and ssm_dt the softplus bias, so that the per-step decay
+    exp(softplus(alpha + dt) * a) lies in (0, 1) and the state stays bounded.
+    """
+    d = sh.d
+    key_dim, value_dim = sh.ssm_d_state * sh.ssm_n_group, sh.ssm_d_state * sh.ssm_dt_rank
+    conv_dim = 2 * key_dim + value_dim
+    h = sh.ssm_dt_rank
+    return [(p + "attn_qkv.weight", w(conv_dim, d)), (p + "attn_gate.weight", w(value_dim, d)),
+            (p + "ssm_conv1d.weight", w(conv_dim, sh.ssm_d_conv)),
+            (p + "ssm_dt.bias", rng.uniform(-1.0, 0.0, h).astype(np.float32)),
+            (p + "ssm_a", -np.exp(rng.uniform(-1.0, 1.0, h)).astype(np.float32)),
+            (p + "ssm_beta.weight", w(h, d)), (p + "ssm_alpha.weight", w(h, d)),
+            (p + "ssm_norm.weight", np.ones(sh.ssm_d_state, np.float32)),
+            (p + "ssm_out.weight", w(d, value_dim, scale=res))]
 
 
 def _write_random(gguf, path, name, sh: Shape, n_ctx, src, tensors, qtype):
@@ -163,13 +221,24 @@ def _write_random(gguf, path, name, sh: Shape, n_ctx, src, tensors, qtype):
     writer.add_head_count_kv(sh.n_kv)
     writer.add_key_length(sh.head_dim)
     writer.add_value_length(sh.head_dim)
-    writer.add_rope_dimension_count(sh.head_dim)
+    writer.add_rope_dimension_count(sh.rope_dim or sh.head_dim)
     writer.add_rope_freq_base(500000.0)
     writer.add_layer_norm_rms_eps(1e-5)
     if sh.n_expert:
         writer.add_expert_count(sh.n_expert)
         writer.add_expert_used_count(sh.n_expert_used)
         writer.add_expert_feed_forward_length(sh.d_ff_exp)
+    if sh.d_ff_shexp:
+        writer.add_expert_shared_feed_forward_length(sh.d_ff_shexp)
+    if sh.hybrid:
+        writer.add_full_attention_interval(sh.attn_interval)
+        writer.add_ssm_conv_kernel(sh.ssm_d_conv)
+        writer.add_ssm_state_size(sh.ssm_d_state)
+        writer.add_ssm_group_count(sh.ssm_n_group)
+        writer.add_ssm_time_step_rank(sh.ssm_dt_rank)
+        writer.add_ssm_inner_size(sh.ssm_d_state * sh.ssm_dt_rank)
+    if sh.rope_sections:
+        writer.add_rope_dimension_sections(list(sh.rope_sections))
     for f in src.fields.values():
         if f.name.startswith("tokenizer."):
             vtype = f.types[0]
@@ -177,6 +246,9 @@ def _write_random(gguf, path, name, sh: Shape, n_ctx, src, tensors, qtype):
             writer.add_key_value(f.name, f.contents(), vtype, sub_type=sub)
     encoded: dict[int, np.ndarray] = {}  # shared arrays are encoded once
     for name, arr in tensors:
+        if _F32_TENSORS.match(name):
+            writer.add_tensor(name, arr)
+            continue
         if arr.ndim >= 2 and id(arr) not in encoded:
             q = qtype != gguf.GGMLQuantizationType.F16
             encoded[id(arr)] = gguf.quants.quantize(arr, qtype) if q else arr.astype(np.float16)

@@ -1,0 +1,66 @@
+"""The multiply-add cost model behind every printed bound (method.md)."""
+
+import pytest
+
+from ridgefill import costmodel, synth
+from ridgefill.costmodel import Shape, bound, prefill_cost
+
+DENSE = Shape(n_layer=4, d=8, d_q=8, d_kv=4, d_ff=16)
+# interval 2: layer 0 is Gated DeltaNet, layer 1 attends (gated Q); H = 2 heads of state 4, d_k = 4
+HYBRID = Shape(n_layer=2, d=8, d_q=8, d_kv=4, d_ff=16, q_gate=True, attn_interval=2, ssm_heads=2, ssm_key_dim=4,
+               ssm_state=4, ssm_conv=4)
+
+
+def test_dense_exact_cost_by_hand():
+    n = 10
+    per_row = 8 * (8 + 2 * 4) + 8 * 8 + 3 * 8 * 16  # projections, out-projection, FFN
+    assert prefill_cost(DENSE, n) == 4 * (n * per_row + 2 * 8 * sum(range(n)))
+
+
+def test_dense_filled_cost_by_hand():
+    n, split, k, t = 10, 1, 2, 3
+    m = n - k - t
+    per_row = 8 * (8 + 2 * 4) + 8 * 8 + 3 * 8 * 16
+    kv = 2 * 8 * 4
+    late = 4 - split - 1
+    full_filled = 4 * (m * per_row + 2 * 8 * sum(range(k, n - t)))
+    kept = split * (m * per_row + 2 * 8 * sum(range(k, n - t))) + m * kv + m * late * (kv + 8 * 8)
+    assert prefill_cost(DENSE, n, split, k, t) == prefill_cost(DENSE, n) - full_filled + kept
+    kept_identity = kept - m * late * 8 * 8
+    assert prefill_cost(DENSE, n, split, k, t, with_map=False) == prefill_cost(DENSE, n) - full_filled + kept_identity
+
+
+def test_hybrid_costs_by_hand():
+    n = 6
+    d_v, channels = 2 * 4, 2 * 4 + 2 * 4
+    write_linear = 8 * (channels + 2 * 2) + channels * 4 + 4 * 2 * 4 * 4
+    linear_row = write_linear + 8 * d_v + d_v * 8 + 3 * 8 * 16
+    attn_row = 8 * (2 * 8 + 2 * 4) + 8 * 8 + 3 * 8 * 16
+    assert prefill_cost(HYBRID, n) == n * (linear_row + attn_row) + 2 * 8 * sum(range(n))
+    # split 0: the linear layer writes its state only, the attention layer gets a map and its K/V
+    m = n - 1 - 1
+    filled = m * write_linear + m * (2 * 8 * 4 + 8 * 8)
+    full = m * (linear_row + attn_row) + 2 * 8 * sum(range(1, n - 1))
+    assert prefill_cost(HYBRID, n, 0, 1, 1) == prefill_cost(HYBRID, n) - full + filled
+
+
+def test_bound_is_one_without_filled_rows_and_grows_with_length():
+    sh = costmodel.SMOLLM2
+    assert bound(sh, 1024, 15, 4, 1024) == 1.0
+    b = [bound(sh, n, 15, 4, 1024) for n in (2048, 4096, 8192, 32768)]
+    assert all(1 < x < y for x, y in zip(b, b[1:]))
+    assert bound(sh, 8192, 15, 4, 1024, with_map=False) > bound(sh, 8192, 15, 4, 1024)
+    assert bound(sh, 8192, 15, 4, 1024) > bound(sh, 8192, 18, 4, 1024)
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen35", "tiny-qwen35moe", "tiny-qwen3moe", "tiny-llama"])
+def test_shape_from_gguf_matches_the_synthetic_shape(name, tmp_path, smollm2_path):
+    src = synth.SHAPES[name]
+    sh = Shape.from_gguf(synth.random_model(name, tmp_path / "m.gguf", smollm2_path, weight_type="f16", n_ctx=512))
+    assert (sh.n_layer, sh.d, sh.d_q, sh.d_kv) == (src.n_layer, src.d, src.n_head * src.head_dim, src.n_kv * src.head_dim)
+    assert sh.d_ff == (src.n_expert_used * src.d_ff_exp + src.d_ff_shexp if src.n_expert else src.d_ff)
+    assert sh.attn_interval == src.attn_interval and sh.q_gate == src.hybrid
+    if src.hybrid:
+        assert (sh.ssm_heads, sh.ssm_state, sh.ssm_key_dim) == (src.ssm_dt_rank, src.ssm_d_state,
+                                                                src.ssm_d_state * src.ssm_n_group)
+        assert [sh.is_attention(i) for i in range(sh.n_layer)] == [src.is_attention(i) for i in range(src.n_layer)]
