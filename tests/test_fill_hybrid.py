@@ -1,9 +1,10 @@
-"""The fill path of the hybrid qwen35 / qwen35moe branches (Gated DeltaNet + attention).
+"""The fill path of the hybrid qwen35 / qwen35moe / qwen3next branches (Gated DeltaNet + attention).
 
 A filled linear-attention layer must leave its conv and delta-net states exactly as the
 layer computes them from its predicted input; a filled attention layer its K/V. Checked
 three ways on tiny random models of the real layouts (`synth` shapes): pass-through late
-layers (identity fill is then exact, so states, K/V and logits must match bit for bit),
+layers (identity fill is then exact, so states, K/V and logits must match bit for bit; all
+three architectures),
 prompts whose tail covers everything (nothing filled: exact), and a numpy recurrence on
 W h_s + b for the recurrent states written by a ridge fill with random maps.
 """
@@ -74,7 +75,7 @@ def _fill(model, shape, toks, mode, split, flash_attn, layers):
     return res, at_cut, _memory(ctx, shape, layers, SINKS, N - TAIL)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", SHAPES + ("tiny-qwen3next",))
 @pytest.mark.parametrize("split,flash_attn", [(2, "on"), (5, "on"), (5, "off")])
 def test_passthrough_fill_reproduces_states_kv_and_logits(shape, split, flash_attn, tiny_dir, smollm2_path, toks):
     """split 2: no attention layer below the split (3 and 7 attend); split 5: layer 3 runs exactly."""
@@ -222,3 +223,24 @@ def test_filled_recurrent_state_equals_numpy_from_h_s(shape, tiny_dir, smollm2_p
         # F16 weights: llama.cpp rounds the activations to F16 for the projections
         assert err["conv"] < 3e-3 and err["ssm"] < 3e-3
         assert nomap > 10 * err["ssm"]
+
+
+def test_calibration_and_fit_cover_every_late_layer_of_a_hybrid(tiny_dir, smollm2_path, toks):
+    """Capture and the ridge fit are layer-kind agnostic: maps for attention and linear layers alike."""
+    from ridgefill import pack, pipeline
+    from ridgefill.calibrate import CaptureConfig
+
+    base = synth.random_model("tiny-qwen35", tiny_dir / "cal.gguf", smollm2_path, seed=5, weight_type="f16",
+                              n_ctx=4096)
+    stats = pipeline.calibrate(base, CaptureConfig(split=2, tokens=3072, window=512, threads=2), show_progress=False)
+    out = tiny_dir / "cal-fitted.gguf"
+    maps = pipeline.fit_and_pack(base, stats, out)
+    assert maps.layers == list(range(3, 8))  # attention (3, 7) and Gated DeltaNet (4, 5, 6)
+    r2 = [(f.r2_ridge, f.r2_identity) for f in maps.fits]
+    print("held-out R² (ridge, identity) per late layer:", [(round(float(a), 3), round(float(b), 3)) for a, b in r2])
+    assert all(np.isfinite(r2).all(axis=1)) and all(a >= b for a, b in r2)
+    assert sorted(pack.read_maps(out)) == maps.layers
+    ctx = _ctx(Model(out))
+    ctx.set_fill("ridge")
+    res = ctx.prefill(toks[:N], sinks=SINKS, tail=TAIL)
+    assert res.n_filled == N - SINKS - TAIL and np.isfinite(res.logits).all()

@@ -133,7 +133,8 @@ def _cmd_synth(args) -> int:
     if args.list:
         for name, sh in synth.SHAPES.items():
             print(f"{name}\t{sh.arch}\tlayers={sh.n_layer} d={sh.d} heads={sh.n_head}/{sh.n_kv}"
-                  + (f" experts={sh.n_expert}/{sh.n_expert_used}" if sh.n_expert else ""))
+                  + (f" experts={sh.n_expert}/{sh.n_expert_used}" if sh.n_expert else "")
+                  + (f" hybrid: attention every {sh.attn_interval}" if sh.hybrid else ""))
         return 0
     if not args.shape or not args.output:
         raise SystemExit("ridgefill synth: --shape and -o are required (or --list)")
@@ -144,7 +145,7 @@ def _cmd_synth(args) -> int:
     final = Path(args.output)
     with tempfile.TemporaryDirectory(dir=final.parent) as tmp:
         out = synth.random_model(args.shape, Path(tmp) / "base.gguf", tok, seed=args.seed,
-                                 weight_type=args.weight_type, n_ctx=args.ctx)
+                                 weight_type=args.weight_type, n_ctx=args.ctx, shared_layers=args.shared_layers)
         if args.passthrough is not None:
             out = synth.passthrough(out, args.passthrough, Path(tmp) / "pt.gguf")
         if args.identity_maps is not None:
@@ -271,7 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("-o", "--output")
     sy.add_argument("--list", action="store_true", help="list the shapes")
     sy.add_argument("--seed", type=int, default=0)
-    sy.add_argument("--weight-type", default="q8_0", choices=["q8_0", "f16"])
+    sy.add_argument("--weight-type", default="q8_0", choices=["q8_0", "q4_0", "f16"])
+    sy.add_argument("--shared-layers", action="store_true",
+                    help="every layer of a kind reuses the same draws (same speed; fast to write large shapes)")
     sy.add_argument("--ctx", type=int, default=131072, help="context length written to the metadata")
     sy.add_argument("--tokenizer-from", help="GGUF whose tokenizer is copied (default: the default model)")
     sy.add_argument("--passthrough", type=int, metavar="S", help="zero attention-output and FFN-down from layer S on")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -119,6 +120,11 @@ def fill_range(n_tokens: int, sinks: int, tail: int, pos0: int = 0) -> tuple[int
     return (lo, hi) if hi > lo else (0, 0)
 
 
+def head_stop(n_tokens: int, tail: int) -> int:
+    """First tail row of a split prefill; the last row always belongs to the tail (it carries an output)."""
+    return max(0, min(n_tokens - tail, n_tokens - 1))
+
+
 class Context:
     """An inference context: KV cache, batch sizes, threads, optional layer-input capture."""
 
@@ -198,27 +204,60 @@ class Context:
         splice exact K/V into the filled rows.
         """
         tokens = np.asarray(tokens, dtype=np.int32)
-        sinks = self.model.rf_sink_rows if sinks is None else sinks
-        tail = self.model.rf_tail_rows if tail is None else tail
-        rng = fill_range(len(tokens), sinks, tail, pos0)
-        if self.fill_mode == "exact":
-            rng = (0, 0)
-        cut = len(tokens) - tail if before_tail is not None and 0 < len(tokens) - tail else None
-        self._c.set_fill_range(seq_id, *rng)
-        self._c.reset_fill_counts()
-        try:
-            if cut is None:
+        if before_tail is None:
+            sinks, tail = self._sinks_tail(sinks, tail)
+            rng = (0, 0) if self.fill_mode == "exact" else fill_range(len(tokens), sinks, tail, pos0)
+            with self._filling(seq_id, rng):
                 res = self._prefill(tokens, pos0, seq_id, on_chunk)
-            else:
-                self._prefill(tokens[:cut], pos0, seq_id, on_chunk, last_output=False)
-                before_tail(self)
-                res = self._prefill(tokens[cut:], pos0 + cut, seq_id, on_chunk, offset=cut)
-                res.n_tokens = len(tokens)
-        finally:
-            self._c.set_fill_range(seq_id, 0, 0)  # later decodes at these positions run exact
+        else:
+            head = self.prefill_head(tokens, sinks, tail, pos0, seq_id, on_chunk)
+            before_tail(self)
+            stop = head.n_tokens
+            res = self._prefill(tokens[stop:], pos0 + stop, seq_id, on_chunk, offset=stop)
+            res.n_tokens, rng = len(tokens), head.fill_range
         res.n_filled, res.n_full = self._c.fill_counts()
         res.fill_range = rng
         return res
+
+    def prefill_head(self, tokens, sinks: int | None = None, tail: int | None = None, pos0: int = 0, seq_id: int = 0,
+                     on_chunk: Callable[["Context", int, int], None] | None = None) -> PrefillResult:
+        """The first phase of a split prefill: rows [0, N-T) with no outputs, rows [k, N-T) filled.
+
+        The rest of the prompt (the tail, from row head.n_tokens on) is for the caller to
+        decode, e.g. with token_logprobs() outputs, after reading or splicing the cache.
+        """
+        tokens = np.asarray(tokens, dtype=np.int32)
+        if tokens.ndim != 1 or len(tokens) == 0:
+            raise ValueError("prefill needs a non-empty 1-D token array")
+        sinks, tail = self._sinks_tail(sinks, tail)
+        stop = head_stop(len(tokens), tail)
+        rng = (0, 0) if self.fill_mode == "exact" else fill_range(stop, sinks, 0, pos0)
+        if stop == 0:  # a one-row prompt: all tail
+            self._c.reset_fill_counts()
+            res = PrefillResult(0, 0.0, np.empty(0, np.float32), [])
+        else:
+            with self._filling(seq_id, rng):
+                res = self._prefill(tokens[:stop], pos0, seq_id, on_chunk, last_output=False)
+        res.n_filled, res.n_full = self._c.fill_counts()
+        res.fill_range = rng
+        return res
+
+    def token_logprobs(self, targets) -> np.ndarray:
+        """log p(targets[i]) under output row i of the last decode call (float64)."""
+        return self._c.token_logprobs(np.asarray(targets, dtype=np.int32))
+
+    def _sinks_tail(self, sinks: int | None, tail: int | None) -> tuple[int, int]:
+        return (self.model.rf_sink_rows if sinks is None else sinks, self.model.rf_tail_rows if tail is None else tail)
+
+    @contextmanager
+    def _filling(self, seq_id: int, rng: tuple[int, int]):
+        """Fill positions [rng) of seq_id while decoding inside (row counts from zero); later decodes run exact."""
+        self._c.set_fill_range(seq_id, *rng)
+        self._c.reset_fill_counts()
+        try:
+            yield
+        finally:
+            self._c.set_fill_range(seq_id, 0, 0)
 
     def _prefill(self, tokens, pos0, seq_id, on_chunk, last_output: bool = True, offset: int = 0) -> PrefillResult:
         """`offset`: index of tokens[0] in the caller's prompt (on_chunk gets prompt indices)."""
@@ -272,10 +311,13 @@ class Context:
         up to n_new tokens; every decoding step runs the full model."""
         self.seq_rm(seq_id)
         res = self.prefill(prompt, seq_id=seq_id, sinks=sinks, tail=tail)
+        return self.greedy_continue(res.logits, len(prompt), n_new, seq_id, stop)
+
+    def greedy_continue(self, logits: np.ndarray, pos: int, n_new: int, seq_id: int = 0,
+                        stop: Sequence[int] = ()) -> list[int]:
+        """Up to n_new greedy tokens after a prompt of `pos` rows whose last row gave `logits`."""
         out: list[int] = []
-        logits = res.logits
-        pos = len(prompt)
-        stops = set(stop) | {self.model.eos}
+        stops = {int(s) for s in stop} | {self.model.eos}
         for _ in range(n_new):
             tok = int(np.argmax(logits))
             if tok in stops or pos >= self.n_ctx:

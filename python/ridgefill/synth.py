@@ -104,6 +104,9 @@ SHAPES = {
     "tiny-qwen35moe": Shape("qwen35moe", 8, 256, 4, 2, 64, 768, qk_norm=True, n_expert=8, n_expert_used=2,
                             d_ff_exp=128, d_ff_shexp=128, attn_interval=4, ssm_d_state=32, ssm_n_group=2,
                             ssm_dt_rank=4, rope_dim=16, rope_sections=(3, 3, 2, 0)),
+    "tiny-qwen3next": Shape("qwen3next", 8, 256, 4, 2, 64, 768, qk_norm=True, n_expert=8, n_expert_used=2,
+                            d_ff_exp=128, d_ff_shexp=128, attn_interval=4, ssm_d_state=32, ssm_n_group=2,
+                            ssm_dt_rank=4, rope_dim=16),
     "qwen3.5-9b": Shape("qwen35", 32, 4096, 16, 4, 256, 12288, qk_norm=True, attn_interval=4, ssm_d_state=128,
                         ssm_n_group=16, ssm_dt_rank=32, rope_dim=64, rope_sections=(11, 11, 10, 0)),
 }
@@ -125,7 +128,8 @@ def random_model(shape: str, out: str | os.PathLike, tokenizer_from: str | os.Pa
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     sh = SHAPES[shape]
-    qtype = {"f16": gguf.GGMLQuantizationType.F16, "q8_0": gguf.GGMLQuantizationType.Q8_0}[weight_type]
+    qtype = {"f16": gguf.GGMLQuantizationType.F16, "q8_0": gguf.GGMLQuantizationType.Q8_0,
+             "q4_0": gguf.GGMLQuantizationType.Q4_0}[weight_type]
     src = open_gguf(tokenizer_from)
     rng = np.random.default_rng(seed)
     n_vocab = len(src.fields["tokenizer.ggml.tokens"].data)
@@ -205,7 +209,8 @@ def _linear_attention_tensors(sh: Shape, p: str, w, rng: np.random.Generator, re
             (p + "ssm_conv1d.weight", w(conv_dim, sh.ssm_d_conv)),
             (p + "ssm_dt.bias", rng.uniform(-1.0, 0.0, h).astype(np.float32)),
             (p + "ssm_a", -np.exp(rng.uniform(-1.0, 1.0, h)).astype(np.float32)),
-            (p + "ssm_beta.weight", w(h, d)), (p + "ssm_alpha.weight", w(h, d)),
+            *([(p + "ssm_ba.weight", w(2 * h, d))] if sh.arch == "qwen3next"  # one fused projection
+              else [(p + "ssm_beta.weight", w(h, d)), (p + "ssm_alpha.weight", w(h, d))]),
             (p + "ssm_norm.weight", np.ones(sh.ssm_d_state, np.float32)),
             (p + "ssm_out.weight", w(d, value_dim, scale=res))]
 

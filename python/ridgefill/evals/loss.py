@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .. import corpus
-from . import prefill
+from ..runtime import head_stop
 
 MIN_GAIN = 2.0  # loss_short - loss_full, nats
 MAX_FULL = 2.0  # loss_full, nats
@@ -60,7 +60,7 @@ def generate(model, n_tokens: int, n_items: int, seed: int) -> list[LossItem]:
 
 def scored_positions(n_tokens: int, tail: int) -> np.ndarray:
     """Positions whose token a tail row predicts (prefill.tail_logprobs' order)."""
-    return np.arange(prefill.head_stop(n_tokens, tail) + 1, n_tokens)
+    return np.arange(head_stop(n_tokens, tail) + 1, n_tokens)
 
 
 def short_logprobs(ctx, tokens, first: int, window: int, bos: int | None) -> np.ndarray:

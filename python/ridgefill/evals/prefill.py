@@ -2,14 +2,14 @@
 
 A prompt of N rows with sinks k and tail T is decoded in two phases:
 
-1. the head, rows [0, N-T): no outputs; in a fill mode rows [k, N-T) take the fill path;
-2. the tail, rows [N-T, N): the full model, with outputs where the metric needs them.
+1. the head, rows [0, N-T): no outputs; in a fill mode rows [k, N-T) take the fill path
+   (Context.prefill_head);
+2. the tail, rows [N-T, N): the full model, with outputs where the metric needs them:
+   every row's next-token log-probability (tail_logprobs) or a greedy answer (greedy).
 
 Between the two a hook may read or overwrite the cache (a splice: replace one component
 of the filled rows with the exact one), so every tail row, and every score, sees it.
-Context.prefill cannot be used here: it puts an output on the last row it decodes, and a
-row with an output always runs the full model, so a head ending at N-T would lose its
-last filled row. Exact mode runs through the same two phases with an empty fill range.
+Exact mode runs through the same two phases with an empty fill range.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..runtime import Context, fill_range
+from ..runtime import Context
 
 
 @dataclass
@@ -38,28 +38,14 @@ class Head:
 Hook = Callable[[Head], None]
 
 
-def head_stop(n_tokens: int, tail: int) -> int:
-    """First tail row; the last row always belongs to the tail (it carries an output)."""
-    return max(0, min(n_tokens - tail, n_tokens - 1))
-
-
 def run_head(ctx: Context, tokens, sinks: int, tail: int, seq_id: int = 0, hook: Hook | None = None) -> Head:
     """Clear `seq_id` and decode the head rows without outputs; then call `hook`."""
     tokens = np.asarray(tokens, dtype=np.int32)
-    if tokens.ndim != 1 or len(tokens) == 0:
-        raise ValueError("a prompt must be a non-empty 1-D token array")
     if len(tokens) > ctx.n_ctx:
         raise ValueError(f"{len(tokens)} tokens do not fit n_ctx={ctx.n_ctx}")
-    stop = head_stop(len(tokens), tail)
-    rng = (0, 0) if ctx.fill_mode == "exact" else fill_range(stop, sinks, 0)
     ctx.seq_rm(seq_id)
-    ctx._c.set_fill_range(seq_id, *rng)
-    ctx._c.reset_fill_counts()
-    try:
-        _decode(ctx, tokens[:stop], 0, seq_id, last_output=False)
-    finally:
-        ctx._c.set_fill_range(seq_id, 0, 0)
-    head = Head(ctx, tokens, stop, rng, *ctx._c.fill_counts(), seq_id=seq_id)
+    res = ctx.prefill_head(tokens, sinks, tail, seq_id=seq_id)
+    head = Head(ctx, tokens, res.n_tokens, res.fill_range, res.n_filled, res.n_full, seq_id=seq_id)
     if hook is not None:
         hook(head)
     return head
@@ -80,7 +66,7 @@ def tail_logprobs(head: Head) -> np.ndarray:
     for start in range(0, len(rows), ctx.n_batch):
         r = rows[start : start + ctx.n_batch]
         ctx.decode(toks[r], int(r[0]), seq, "all")
-        out[start : start + len(r)] = ctx._c.token_logprobs(toks[r + 1])
+        out[start : start + len(r)] = ctx.token_logprobs(toks[r + 1])
     return out  # the last row predicts nothing inside the prompt and is not decoded
 
 
@@ -88,19 +74,7 @@ def greedy(head: Head, n_new: int, stop: Sequence[int] = ()) -> list[int]:
     """Decode the tail rows, then up to n_new tokens greedily (argmax)."""
     ctx, toks, seq = head.ctx, head.tokens, head.seq_id
     _decode(ctx, toks[head.stop :], head.stop, seq, last_output=True)
-    logits = ctx.logits()[0]
-    stops = set(int(s) for s in stop) | {ctx.model.eos}
-    out: list[int] = []
-    pos = len(toks)
-    for _ in range(n_new):
-        tok = int(np.argmax(logits))
-        if tok in stops or pos >= ctx.n_ctx:
-            break
-        out.append(tok)
-        ctx.decode(np.array([tok], dtype=np.int32), pos, seq, "last")
-        logits = ctx.logits()[0]
-        pos += 1
-    return out
+    return ctx.greedy_continue(ctx.logits()[0], len(toks), n_new, seq, stop)
 
 
 def context_hook(fn: Callable[[Context], None]) -> Hook:
