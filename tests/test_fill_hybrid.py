@@ -118,8 +118,9 @@ def test_tail_covering_the_prompt_equals_exact(shape, tiny_dir, smollm2_path, to
     for mode, split in (("exact", None), ("ridge", 2), ("identity", 2)):
         ctx = _ctx(model)
         ctx.set_fill(mode, split)
-        res = ctx.prefill(toks[:N], sinks=SINKS, tail=N - SINKS)
-        assert res.n_filled == 0
+        hooked = []
+        res = ctx.prefill(toks[:N], sinks=SINKS, tail=N - SINKS, before_tail=hooked.append)
+        assert res.n_filled == 0 and len(hooked) == 1  # the hook runs even when nothing is filled
         results[mode] = res.logits, _memory(ctx, shape, late, 0, N)
     for mode in ("ridge", "identity"):
         np.testing.assert_array_equal(results[mode][0], results["exact"][0])
