@@ -245,3 +245,18 @@ def test_calibration_and_fit_cover_every_late_layer_of_a_hybrid(tiny_dir, smollm
     ctx.set_fill("ridge")
     res = ctx.prefill(toks[:N], sinks=SINKS, tail=TAIL)
     assert res.n_filled == N - SINKS - TAIL and np.isfinite(res.logits).all()
+
+
+@pytest.mark.parametrize("shape", ["tiny-qwen35"])  # dense shapes use the same scaling; 32K of attention is slow
+def test_synthetic_shapes_stay_finite_over_32k_tokens(shape, tiny_dir, smollm2_path):
+    """synth scales residual writes by 1/sqrt(2L) (and decays the delta rule): activations stay bounded."""
+    model = Model(synth.random_model(shape, tiny_dir / f"{shape}-32k.gguf", smollm2_path, seed=7, weight_type="f16",
+                                     n_ctx=32768))
+    ctx = model.context(n_ctx=32768, n_batch=2048, n_ubatch=512, threads=2, flash_attn="on",
+                        capture=[model.n_layer - 1])
+    toks = np.random.default_rng(0).integers(0, model.n_vocab, 32768, dtype=np.int32)
+    rms = []
+    res = ctx.prefill(toks, on_chunk=lambda c, s, n: rms.append(
+        float(np.sqrt((c.layer_input(model.n_layer - 1) ** 2).mean()))))
+    print(f"{shape}: RMS of the last layer's input per 2048-token chunk: {rms[0]:.3g} .. {rms[-1]:.3g}")
+    assert np.isfinite(res.logits).all() and all(np.isfinite(rms)) and max(rms) < 1e3
