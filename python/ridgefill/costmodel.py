@@ -65,8 +65,9 @@ class Shape:
         hybrid = {}
         if f"{arch}.ssm.state_size" in meta and arch in ("qwen35", "qwen35moe", "qwen3next"):
             s = get("ssm.state_size")
-            hybrid = dict(q_gate=True, attn_interval=get("full_attention_interval", 4), ssm_heads=get("ssm.time_step_rank"),
-                          ssm_key_dim=s * get("ssm.group_count"), ssm_state=s, ssm_conv=get("ssm.conv_kernel"))
+            hybrid = dict(q_gate=True, attn_interval=get("full_attention_interval", 4),
+                          ssm_heads=get("ssm.time_step_rank"), ssm_key_dim=s * get("ssm.group_count"), ssm_state=s,
+                          ssm_conv=get("ssm.conv_kernel"))
         return cls(get("block_count"), d, n_head * head, n_head_kv * head, d_ff, **hybrid)
 
     def is_attention(self, il: int) -> bool:
