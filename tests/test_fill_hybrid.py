@@ -14,7 +14,7 @@ import pytest
 
 from conftest import random_maps_model
 from ridgefill import synth
-from ridgefill.gguf_io import open_gguf
+from ridgefill.gguf_io import open_gguf, tensor_array
 from ridgefill.runtime import Model
 
 pytestmark = pytest.mark.slow
@@ -146,15 +146,10 @@ class DeltaNetLayer:
     """llama.cpp's qwen35 linear-attention state update (src/models/qwen35.cpp, ggml's ops), in float64."""
 
     def __init__(self, path, il):
-        import gguf
-
         r = open_gguf(path)
-        t = {x.name: x for x in r.tensors}
 
         def get(name):
-            x = t[f"blk.{il}.{name}"]
-            arr = gguf.quants.dequantize(x.data, x.tensor_type)
-            return arr.reshape(tuple(int(n) for n in x.shape[::-1])).astype(np.float64)
+            return tensor_array(r, f"blk.{il}.{name}").astype(np.float64)
 
         self.norm = get("attn_norm.weight")
         self.wqkv, self.wbeta, self.walpha = get("attn_qkv.weight"), get("ssm_beta.weight"), get("ssm_alpha.weight")

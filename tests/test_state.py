@@ -5,7 +5,7 @@ import pytest
 
 from conftest import random_maps_model
 from ridgefill import pack
-from ridgefill.gguf_io import open_gguf
+from ridgefill.gguf_io import open_gguf, tensor_array
 from ridgefill.runtime import Model
 
 pytestmark = pytest.mark.slow
@@ -45,14 +45,10 @@ def _ctx(model, flash_attn="on", kv_type="f32", capture=()):
 
 class LayerWeights:
     def __init__(self, path, il):
-        import gguf
-
         r = open_gguf(path)
-        get = {t.name: t for t in r.tensors}
 
         def deq(name):
-            t = get[f"blk.{il}.{name}.weight"]
-            return gguf.quants.dequantize(t.data, t.tensor_type).reshape(tuple(int(x) for x in t.shape[::-1]))
+            return tensor_array(r, f"blk.{il}.{name}.weight")
 
         self.norm = deq("attn_norm").astype(np.float64)
         self.wk = deq("attn_k").astype(np.float64)

@@ -47,6 +47,14 @@ def field(reader: gguf.GGUFReader, key: str):
     return None if f is None else f.contents()
 
 
+def tensor_array(reader: gguf.GGUFReader, name: str) -> np.ndarray:
+    """A tensor dequantized to float32 in numpy order (ggml ne reversed: (d_out, d_in) for a matmul weight)."""
+    t = next((t for t in reader.tensors if t.name == name), None)
+    if t is None:
+        raise KeyError(f"no tensor {name!r}")
+    return gguf.quants.dequantize(t.data, t.tensor_type).reshape(tuple(int(n) for n in t.shape[::-1]))
+
+
 def copy_gguf(
     reader: gguf.GGUFReader,
     out: str | os.PathLike,
