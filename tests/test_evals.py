@@ -317,6 +317,24 @@ def test_cli_eval_needle_json(mapped, tmp_path):
 
 
 @pytest.mark.slow
+def test_cli_eval_splice_json(mapped, tmp_path):
+    """`eval splice`: gap shares per component; exact K+V spliced into the filled rows is exact-cut, bit for bit."""
+    cmd = [sys.executable, "-m", "ridgefill.cli_eval", "eval", "splice", "--model", str(mapped), "--lengths", "256",
+           "--tail", "64", "--items", "1", "--needle-tasks", "single/noise/number", "--docs", "1", "--window", "64",
+           "--out", str(tmp_path), "--json", "--quiet", "--no-plots", "--threads", "1", "--bootstrap", "200"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    recs = {(x["task"], x["variant"]): x for x in doc["records"]}
+    assert {v for _, v in recs} == {"exact", "exact-cut", "ridge", "ridge-k", "ridge-v", "ridge-knorm", "ridge-kv"}
+    assert recs["loss", "ridge-kv"]["loss_all"] == recs["loss", "exact-cut"]["loss_all"]
+    assert recs["loss", "ridge"]["loss_all"] != recs["loss", "exact-cut"]["loss_all"]
+    (row,) = [x for x in doc["splice_shares"] if x["metric"] == "loss_all"]
+    assert set(row) >= {"gap", "k", "v", "knorm", "kv"} and row["kv"]["share"] == pytest.approx(1.0)
+    assert "share knorm" in (tmp_path / "splices.md").read_text()
+
+
+@pytest.mark.slow
 def test_quick_profile_end_to_end(mapped, tmp_path):
     """`eval sweep --profile quick`: the CI run of the suite (about 2.5 minutes on 2 quiet cores)."""
     import time

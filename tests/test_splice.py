@@ -25,8 +25,9 @@ def test_splice_variants_are_registered():
 
 
 @pytest.mark.slow
-def test_splicing_k_and_v_reproduces_the_exact_cut_run(smollm2_path, sample_text, tmp_path):
+def test_splicing_k_and_v_reproduces_the_exact_cut_run(smollm2_path, sample_text, monkeypatch):
     """identity fill of real SmolLM2 at split 20 + exact K and V in every filled late row = exact values."""
+    monkeypatch.setattr(splice, "_EXACT", splice._ExactCache())
     model = Model(smollm2_path)
     toks = model.tokenize(sample_text)[:700]
     sinks, tail = 4, 100
@@ -39,7 +40,7 @@ def test_splicing_k_and_v_reproduces_the_exact_cut_run(smollm2_path, sample_text
         prefill.greedy(head, 0)
         return ctx.logits()[0]
 
-    cut = last_logits("identity", model.n_layer)          # exact values, the fill run's batches
+    cut = last_logits("identity", model.n_layer, splice.keep_exact_cut)  # exact values, the fill run's batches
     fill = last_logits("identity", 20)
     kv = last_logits("identity", 20, lambda h: splice.splice(h, ("k", "v")))
     k = last_logits("identity", 20, lambda h: splice.splice(h, ("k",)))
@@ -51,6 +52,11 @@ def test_splicing_k_and_v_reproduces_the_exact_cut_run(smollm2_path, sample_text
     np.testing.assert_array_equal(kv, cut)
     assert not np.array_equal(k, cut) and not np.array_equal(k, fill)
     assert not np.array_equal(knorm, fill)
+    assert not splice._EXACT._ctx  # the exact-cut run's cache served every splice
+
+    monkeypatch.setattr(splice, "_EXACT", splice._ExactCache())  # no exact-cut run: a reference context
+    np.testing.assert_array_equal(last_logits("identity", 20, lambda h: splice.splice(h, ("k", "v"))), cut)
+    assert splice._EXACT._ctx
 
 
 def test_gap_shares_from_records():

@@ -14,6 +14,8 @@ carries the error:
 The exact values come from the same prompt run at split = L over the same fill range (every
 layer exact, the fill run's ubatches), i.e. the `exact-cut` variant's cache, so a splice of
 both K and V gives exact-cut's results bit for bit and no batch-partition noise enters.
+When the `exact-cut` variant runs before the splices of an item (the runner's order), its
+cache is kept and serves them, so the exact values are computed once per item.
 Needs an F32 or F16 KV cache (quantized caches cannot be written row by row).
 """
 
@@ -25,9 +27,14 @@ import numpy as np
 
 from ..runtime import Context
 from .prefill import Head, run_head
-from .session import Variant, register
+from .session import EXACT_CUT, Variant, register
 
 PARTS = {"k": ("k",), "v": ("v",), "knorm": ("knorm",), "kv": ("k", "v")}
+
+
+def weights_id(model) -> str:
+    """Augmented GGUFs of one base hold its tensors byte for byte: the same exact values."""
+    return model.metadata.get("ridgefill.base_sha256") or str(model.path)
 
 
 class _ExactCache:
@@ -38,15 +45,24 @@ class _ExactCache:
         self.rows: dict[tuple[int, str], np.ndarray] = {}
         self._ctx: dict[tuple, Context] = {}
 
+    @staticmethod
+    def key_of(head: Head) -> tuple:
+        ctx = head.ctx
+        return (weights_id(ctx.model), hashlib.sha1(head.tokens.tobytes()).hexdigest(), head.stop, head.fill_range,
+                ctx.n_batch, ctx.n_ubatch, ctx.kv_type, ctx.flash_attn)
+
+    def keep(self, head: Head, layers: list[int]) -> None:
+        """Take the filled rows of `layers` from a head run at split = L (exact values)."""
+        lo, hi = head.fill_range
+        self.rows = {(il, p): head.ctx.state_get(il, p, lo, hi, head.seq_id) for il in layers for p in ("k", "v")}
+        self.key = self.key_of(head)
+
     def get(self, head: Head, layers: list[int]) -> dict[tuple[int, str], np.ndarray]:
-        ctx, (lo, hi) = head.ctx, head.fill_range
-        key = (str(ctx.model.path), hashlib.sha1(head.tokens.tobytes()).hexdigest(), head.stop, lo, hi,
-               ctx.n_batch, ctx.n_ubatch, tuple(layers))
-        if key != self.key:
-            ref = self._context(ctx)
-            run_head(ref, head.tokens, sinks=lo, tail=len(head.tokens) - head.stop, seq_id=head.seq_id)
-            self.rows = {(il, p): ref.state_get(il, p, lo, hi, head.seq_id) for il in layers for p in ("k", "v")}
-            self.key = key
+        if self.key_of(head) != self.key or any((il, "k") not in self.rows for il in layers):
+            ref = self._context(head.ctx)
+            lo, _ = head.fill_range
+            ref_head = run_head(ref, head.tokens, sinks=lo, tail=len(head.tokens) - head.stop, seq_id=head.seq_id)
+            self.keep(ref_head, layers)
         return self.rows
 
     def _context(self, ctx: Context) -> Context:
@@ -97,6 +113,13 @@ def _hook(parts: tuple[str, ...]):
     return lambda head: splice(head, parts)
 
 
+def keep_exact_cut(head: Head) -> None:
+    """exact-cut's hook: its head cache is the splices' exact values; keep them for the item's splices."""
+    if head.fill_range[1] > head.fill_range[0]:
+        _EXACT.keep(head, list(range(head.ctx.model.n_layer)))
+
+
+register(Variant(EXACT_CUT.name, EXACT_CUT.mode, hook=keep_exact_cut, all_layers=True))
 for _mode in ("ridge", "identity"):
     for _name, _parts in PARTS.items():
         register(Variant(f"{_mode}-{_name}", _mode, hook=_hook(_parts)))
