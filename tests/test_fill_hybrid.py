@@ -255,3 +255,33 @@ def test_synthetic_shapes_stay_finite_over_32k_tokens(shape, tiny_dir, smollm2_p
         float(np.sqrt((c.layer_input(model.n_layer - 1) ** 2).mean()))))
     print(f"{shape}: RMS of the last layer's input per 2048-token chunk: {rms[0]:.3g} .. {rms[-1]:.3g}")
     assert np.isfinite(res.logits).all() and all(np.isfinite(rms)) and max(rms) < 1e3
+
+
+def test_splicing_the_recurrent_state(tiny_dir, smollm2_path, toks, monkeypatch):
+    """eval's splices on a hybrid: exact K, V and recurrent state together reproduce exact-cut bit for bit;
+    the recurrent state alone moves the result."""
+    from ridgefill.evals import prefill, splice
+
+    monkeypatch.setattr(splice, "_EXACT", splice._ExactCache())
+    split = 2
+    model, _ = _model("rand", "tiny-qwen35", split, tiny_dir, smollm2_path)
+
+    def last_logits(split_at, hook=None):
+        ctx = _ctx(model)
+        ctx.set_fill("ridge" if split_at == split else "identity", split_at)
+        head = prefill.run_head(ctx, toks[:N], SINKS, TAIL, hook=hook)
+        assert head.fill_range == (SINKS, N - TAIL)
+        prefill.greedy(head, 0)
+        return ctx.logits()[0]
+
+    cut = last_logits(model.n_layer, splice.keep_exact_cut)
+    fill = last_logits(split)
+    spliced = {name: last_logits(split, lambda h, p=parts: splice.splice(h, p))
+               for name, parts in splice.PARTS.items() if name != "knorm"}
+    print("max |logit - exact-cut|: fill {:.3g}, ".format(np.abs(fill - cut).max())
+          + ", ".join(f"{n} {np.abs(x - cut).max():.3g}" for n, x in spliced.items()))
+    assert np.abs(fill - cut).max() > 1e-2
+    np.testing.assert_array_equal(spliced["all"], cut)
+    for name in ("state", "kv"):  # each alone leaves the other layers' filled memory
+        assert not np.array_equal(spliced[name], cut) and not np.array_equal(spliced[name], fill), name
+    assert not splice._EXACT._ctx  # exact-cut's cache served every splice

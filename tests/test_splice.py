@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-from ridgefill import synth
 from ridgefill.evals import prefill, splice
 from ridgefill.evals.session import variants_named
 from ridgefill.runtime import Model
@@ -79,3 +78,11 @@ def test_gap_shares_from_records():
     assert abs(row["v"]["share"]) < 0.02 and abs(row["kv"]["share"] - 1.0) < 0.02
     assert "knorm" not in row
     assert "share k" in attribution.markdown(rows)
+
+
+def test_state_splice_on_an_attention_only_model_is_an_error(smollm2):
+    ctx = smollm2.context(n_ctx=256, n_batch=256, n_ubatch=64, threads=1)
+    ctx.set_fill("identity", 20)
+    head = prefill.Head(ctx, np.zeros(64, dtype=np.int32), stop=32, fill_range=(4, 32), n_filled=28, n_full=4)
+    with pytest.raises(ValueError, match="recurrent state needs a hybrid model"):
+        splice.splice(head, splice.PARTS["state"])

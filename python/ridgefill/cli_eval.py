@@ -21,6 +21,13 @@ COMMANDS = {
                                    "K norms, K+V in the filled rows"),
 }
 SPLICE_MODES = ("exact", "exact-cut", "ridge", "ridge-k", "ridge-v", "ridge-knorm", "ridge-kv")
+HYBRID_SPLICE_MODES = ("ridge-state", "ridge-all")  # recurrent state; K, V and state (the sanity check)
+
+
+def splice_modes(model) -> tuple[str, ...]:
+    from .costmodel import Shape
+
+    return SPLICE_MODES + (HYBRID_SPLICE_MODES if Shape.from_model(model).attn_interval else ())
 MAX_NEW = 256  # room after the prompt for generated answers
 
 
@@ -64,7 +71,7 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lengths", type=int_list, metavar="N[,N...]", help="prompt lengths in tokens")
     p.add_argument("--modes", type=str_list, default=None,
                    help="variants to run (default exact,identity,ridge; also exact-cut: exact values in the fill "
-                        "run's batches; ridge-k, -v, -knorm, -kv: splices; eval splice runs "
+                        "run's batches; ridge-k, -v, -knorm, -kv, -state, -all: splices; eval splice runs "
                         "exact,exact-cut,ridge and the ridge splices)")
     p.add_argument("--needle-tasks", type=str_list, metavar="TASK[,TASK...]",
                    help="needle tasks as task/haystack/value, e.g. single/noise/uuid,multikey/prose/number")
@@ -100,10 +107,10 @@ def cmd_eval(args) -> int:
 
     plan = plan_from_args(args)
     splice_cmd = args.eval_cmd == "splice"
-    variants = variants_named(args.modes or (SPLICE_MODES if splice_cmd else ("exact", "identity", "ridge")))
     paths = args.model or default_models(args.threads)
     out = Path(args.out or f"ridgefill-eval-{plan.name}")
     session = Session(paths, n_ctx=max(plan.lengths) + MAX_NEW, threads=args.threads, n_gpu_layers=args.gpu_layers)
+    variants = variants_named(args.modes or (splice_modes(session.base) if splice_cmd else ("exact", "identity", "ridge")))
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     res = runner.run(session, plan, out, variants, progress=not args.quiet, log=log, plots=not args.no_plots)
     if splice_cmd:

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import report, stats
 
-SPLICES = ("k", "v", "knorm", "kv")
+SPLICES = ("k", "v", "knorm", "kv", "state", "all")
 
 
 def share_interval(fill, spliced, ref, clusters, n_boot: int, seed: int) -> dict:
@@ -65,13 +65,14 @@ def shares(records: list[dict], fill: str = "ridge", ref: str = "exact-cut", n_b
 
 
 def markdown(rows: list[dict]) -> str:
-    out = ["| task | metric | split | tail | N | gap fill - ref [95 %] | " + " | ".join(f"share {p}" for p in SPLICES) + " |",
-           "|" + " --- |" * (6 + len(SPLICES))]
+    parts = [p for p in SPLICES if any(p in r for r in rows)]
+    out = ["| task | metric | split | tail | N | gap fill - ref [95 %] | " + " | ".join(f"share {p}" for p in parts) + " |",
+           "|" + " --- |" * (6 + len(parts))]
     for r in rows:
         g = r["gap"]
         cells = [r["task"], r["metric"], str(r["split"]), str(r["tail"]), str(r["n_tokens"]),
                  f"{g['mean']:.3g} [{g['lo']:.3g}, {g['hi']:.3g}]" + ("" if r["gap_resolved"] else " (not resolved)")]
-        for p in SPLICES:
+        for p in parts:
             s = r.get(p)
             cells.append("" if s is None else f"{s['share']:.2f} [{s['lo']:.2f}, {s['hi']:.2f}]")
         out.append("| " + " | ".join(cells) + " |")

@@ -9,7 +9,11 @@ carries the error:
 - `*-v`      the values;
 - `*-knorm`  only the keys' per-row, per-head norms (the filled keys' directions are kept;
              RoPE is a rotation, so the norms of the cached keys are the pre-RoPE ones);
-- `*-kv`     keys and values (a sanity check: it reproduces `exact-cut`, see below).
+- `*-kv`     keys and values (a sanity check on attention-only models: it reproduces
+             `exact-cut`, see below);
+- `*-state`  the recurrent state (conv and delta-rule state) of every late linear-attention
+             layer of a hybrid model, as it stands after the head rows;
+- `*-all`    K, V and recurrent state (the sanity check for hybrid models).
 
 The exact values come from the same prompt run at split = L over the same fill range (every
 layer exact, the fill run's ubatches), i.e. the `exact-cut` variant's cache, so a splice of
@@ -25,11 +29,34 @@ import hashlib
 
 import numpy as np
 
+from .. import costmodel
 from ..runtime import Context
 from .prefill import Head, run_head
 from .session import EXACT_CUT, Variant, register
 
-PARTS = {"k": ("k",), "v": ("v",), "knorm": ("knorm",), "kv": ("k", "v")}
+ROW_PARTS = ("k", "v")  # attention layers: one row per position, rows [lo, hi) are spliced
+STATE_PARTS = ("conv", "ssm")  # recurrent layers: one state per sequence
+PARTS = {"k": ("k",), "v": ("v",), "knorm": ("knorm",), "kv": ROW_PARTS, "state": STATE_PARTS,
+         "all": ROW_PARTS + STATE_PARTS}
+
+
+def layer_parts(model) -> dict[int, tuple[str, ...]]:
+    """What each layer caches: K/V rows (attention) or a recurrent state (hybrid linear layers)."""
+    shape = costmodel.Shape.from_model(model)
+    return {il: ROW_PARTS if shape.is_attention(il) else STATE_PARTS for il in range(model.n_layer)}
+
+
+def read(ctx: Context, il: int, part: str, lo: int, hi: int, seq_id: int) -> np.ndarray:
+    if part in STATE_PARTS:
+        return ctx.state_get(il, part, seq_id=seq_id)
+    return ctx.state_get(il, part, lo, hi, seq_id)
+
+
+def write(ctx: Context, il: int, part: str, values: np.ndarray, lo: int, hi: int, seq_id: int) -> None:
+    if part in STATE_PARTS:
+        ctx.state_set(il, part, values, seq_id=seq_id)
+    else:
+        ctx.state_set(il, part, values, lo, hi, seq_id)
 
 
 def weights_id(model) -> str:
@@ -43,6 +70,7 @@ class _ExactCache:
     def __init__(self):
         self.key = None
         self.rows: dict[tuple[int, str], np.ndarray] = {}
+        self.layers: set[int] = set()
         self._ctx: dict[tuple, Context] = {}
 
     @staticmethod
@@ -52,13 +80,15 @@ class _ExactCache:
                 ctx.n_batch, ctx.n_ubatch, ctx.kv_type, ctx.flash_attn)
 
     def keep(self, head: Head, layers: list[int]) -> None:
-        """Take the filled rows of `layers` from a head run at split = L (exact values)."""
+        """Take the filled rows (recurrent layers: the state) of `layers` from a head run at split = L."""
         lo, hi = head.fill_range
-        self.rows = {(il, p): head.ctx.state_get(il, p, lo, hi, head.seq_id) for il in layers for p in ("k", "v")}
+        kinds = layer_parts(head.ctx.model)
+        self.rows = {(il, p): read(head.ctx, il, p, lo, hi, head.seq_id) for il in layers for p in kinds[il]}
+        self.layers = set(layers)
         self.key = self.key_of(head)
 
     def get(self, head: Head, layers: list[int]) -> dict[tuple[int, str], np.ndarray]:
-        if self.key_of(head) != self.key or any((il, "k") not in self.rows for il in layers):
+        if self.key_of(head) != self.key or not self.layers.issuperset(layers):
             ref = self._context(head.ctx)
             lo, _ = head.fill_range
             ref_head = run_head(ref, head.tokens, sinks=lo, tail=len(head.tokens) - head.stop, seq_id=head.seq_id)
@@ -93,20 +123,23 @@ def with_exact_norms(filled: np.ndarray, exact: np.ndarray, head_dim: int) -> np
 
 
 def splice(head: Head, parts: tuple[str, ...]) -> None:
-    """Overwrite `parts` of the filled rows of every late layer with exact values."""
+    """Overwrite `parts` of the filled rows of every late layer that has them with exact values."""
     ctx, (lo, hi) = head.ctx, head.fill_range
+    kinds = layer_parts(ctx.model)
+    layers = late_layers(ctx)
+    todo = [(il, p) for il in layers for p in parts if ("k" if p == "knorm" else p) in kinds[il]]
+    if not todo:
+        raise ValueError(f"splice {'+'.join(parts)}: no layer after split {ctx.fill_split} caches it "
+                         f"({ctx.model.arch}; the recurrent state needs a hybrid model)")
     if hi <= lo:
         return  # nothing was filled (e.g. T >= N): nothing to splice
-    layers = late_layers(ctx)
     exact = _EXACT.get(head, layers)
-    head_dim = ctx.model.head_dim
-    for il in layers:
-        for part in parts:
-            if part == "knorm":
-                filled = ctx.state_get(il, "k", lo, hi, head.seq_id)
-                ctx.state_set(il, "k", with_exact_norms(filled, exact[il, "k"], head_dim), lo, hi, head.seq_id)
-            else:
-                ctx.state_set(il, part, exact[il, part], lo, hi, head.seq_id)
+    for il, part in todo:
+        if part == "knorm":
+            filled = ctx.state_get(il, "k", lo, hi, head.seq_id)
+            ctx.state_set(il, "k", with_exact_norms(filled, exact[il, "k"], ctx.model.head_dim), lo, hi, head.seq_id)
+        else:
+            write(ctx, il, part, exact[il, part], lo, hi, head.seq_id)
 
 
 def _hook(parts: tuple[str, ...]):
