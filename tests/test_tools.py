@@ -134,3 +134,13 @@ def test_gpu_script_dry_run(tmp_path):
     assert row["n_tokens"] == 768 and row["bound_ridge"] > 1 and set(row["median_ms"]) == {"exact", "identity", "ridge"}
     assert "508 rows filled" in row["fill_rows"]["ridge"]
     assert not list((tmp_path / "work" / "models").glob("*.gguf"))  # models removed after measuring
+
+
+def test_bench_refuses_server_prompts_past_the_training_context(smollm2_path):
+    """llama-server caps a slot at n_ctx_train (8192 for SmolLM2) and needs a free row: say so before measuring."""
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "ridgefill", "bench", "ttft", "--model", str(smollm2_path),
+                          "--lengths", "1024", "8192", "--modes", "exact", "--paths", "bench", "server"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "at most 8191 tokens" in out.stderr and "llama-bench" not in out.stderr

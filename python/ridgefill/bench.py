@@ -119,6 +119,14 @@ def _peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
+def check_server_lengths(m, lengths: list[int]) -> None:
+    """llama-server caps a slot's context at the training context, and a prompt must leave it a row."""
+    too_long = [n for n in lengths if n >= m.n_ctx_train]
+    if too_long:
+        raise BenchError(f"llama-server takes prompts of at most {m.n_ctx_train - 1} tokens on this model "
+                         f"(training context {m.n_ctx_train}); drop {too_long} from the server path's lengths")
+
+
 def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identity", "ridge"),
                 threads: int = 2, sinks: int | None = None, tail: int | None = None, split: int | None = None,
                 batch: int = 2048, ubatch: int = 512, progress=print) -> dict:
@@ -128,6 +136,7 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
     from .runtime import Model
 
     m = Model(model)
+    check_server_lengths(m, lengths)
     split, sinks, tail = _resolve(model, modes, split, sinks, tail)
     fill_modes = [x for x in modes if x != "exact"] or ["exact"]
     servers = {x: LlamaServer(model, _server_args(x, split, sinks, tail, batch, ubatch), ctx=max(lengths) + 64,

@@ -166,6 +166,10 @@ def _cmd_bench_ttft(args) -> int:
 
     log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.quiet else (lambda msg: None)
     run = {"bench": bench.ttft, "server": bench.ttft_server}
+    if "server" in args.paths:  # before any measuring: a long llama-bench run would be lost
+        from .runtime import Model
+
+        bench.check_server_lengths(Model(args.model), args.lengths)
     summaries = {}
     for path in args.paths:
         s = run[path](args.model, args.lengths, runs=args.runs, modes=tuple(args.modes), threads=args.threads,
