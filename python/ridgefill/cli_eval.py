@@ -18,17 +18,17 @@ COMMANDS = {
     "loss": (("loss",), "loss on distant-dependent tail tokens (LongPPL-style) and on all tail tokens"),
     "sweep": (("needle", "loss"), "both measurements, on the same sweep"),
     "splice": (("needle", "loss"), "splice attribution: the share of the ridge-vs-exact gap closed by exact K, V, "
-                                   "K norms, K+V in the filled rows"),
+                                   "K norms, K+V in the filled rows (hybrids: recurrent state, all)"),
 }
 SPLICE_MODES = ("exact", "exact-cut", "ridge", "ridge-k", "ridge-v", "ridge-knorm", "ridge-kv")
 HYBRID_SPLICE_MODES = ("ridge-state", "ridge-all")  # recurrent state; K, V and state (the sanity check)
+MAX_NEW = 256  # room after the prompt for generated answers
 
 
 def splice_modes(model) -> tuple[str, ...]:
     from .costmodel import Shape
 
     return SPLICE_MODES + (HYBRID_SPLICE_MODES if Shape.from_model(model).attn_interval else ())
-MAX_NEW = 256  # room after the prompt for generated answers
 
 
 def int_list(text: str) -> tuple[int, ...]:
