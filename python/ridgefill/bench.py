@@ -195,14 +195,18 @@ def plot(summaries: list[dict], out_png: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    color = {"exact": "C0", "identity": "C1", "ridge": "C2"}  # one colour per mode in both panels
     fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(11, 4.2))
     for summ in summaries:
         tag = summ.get("path", "llama-bench")
+        style = dict(marker="o", linestyle="-" if tag == "llama-bench" else "-.")
         n = [r["n_tokens"] for r in summ["results"]]
         for mode in summ["modes"]:
-            ax_t.plot(n, [r["median_ms"][mode] / 1000 for r in summ["results"]], marker="o", label=f"{mode} ({tag})")
+            ax_t.plot(n, [r["median_ms"][mode] / 1000 for r in summ["results"]], color=color[mode], **style,
+                      label=f"{mode} ({tag})")
             if mode != "exact":
-                ax_r.plot(n, [r[f"ratio_{mode}"] for r in summ["results"]], marker="o", label=f"{mode} ({tag})")
+                ax_r.plot(n, [r[f"ratio_{mode}"] for r in summ["results"]], color=color[mode], **style,
+                          label=f"{mode} ({tag})")
     s0 = summaries[0]
     fills = [x for x in s0["modes"] if x != "exact"]
     if fills:
