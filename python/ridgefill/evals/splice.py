@@ -65,7 +65,7 @@ def weights_id(model) -> str:
 
 
 class _ExactCache:
-    """Exact K/V of the filled rows of the last prompt seen (one entry: items come one by one)."""
+    """Exact K/V of the filled rows (and recurrent states) of the last prompt seen (one entry: items come one by one)."""
 
     def __init__(self):
         self.key = None
