@@ -82,7 +82,7 @@ def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identit
                     r.rows[mode] = report
                 progress(f"  {n} tokens, run {i + 1}/{runs}, {mode}: {ms:.0f} ms")
         results.append(r)
-    out = summarize(model, results, shape, split, sinks, tail, threads, modes)
+    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(model))
     out["path"] = "llama-bench"
     return out
 
@@ -167,7 +167,8 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
     finally:
         for srv in servers.values():
             srv.stop()
-    out = summarize(model, results, costmodel.Shape.from_gguf(model), split, sinks, tail, threads, modes)
+    out = summarize(model, results, costmodel.Shape.from_gguf(model), split, sinks, tail, threads, modes,
+                    map_bytes(model))
     out["path"] = "llama-server"
     return out
 
@@ -225,12 +226,15 @@ def plot(summaries: list[dict], out_png: str) -> str:
     return out_png
 
 
-def summarize(model, results, shape, split, sinks, tail, threads, modes) -> dict:
-    map_bytes = 0
+def map_bytes(model) -> int:
+    """Bytes of RidgeFill maps in the GGUF; 0 for a model without maps (exact/identity runs)."""
     try:
-        map_bytes = pack.inspect(model)["map_bytes"]
+        return pack.inspect(model)["map_bytes"]
     except ValueError:
-        pass
+        return 0
+
+
+def summarize(model, results, shape, split, sinks, tail, threads, modes, maps: int = 0) -> dict:
     rows = []
     for r in results:
         row = {"n_tokens": r.n_tokens, "median_ms": {m: r.median(m) for m in modes}, "samples_ms": r.ms,
@@ -243,9 +247,25 @@ def summarize(model, results, shape, split, sinks, tail, threads, modes) -> dict
             row[f"ratio_{mode}"] = ratio
             row[f"bound_{mode}"] = b
             row[f"of_bound_{mode}"] = ratio / b
+            row[f"ratio_range_{mode}"] = _paired_ratio_range(r.ms["exact"], r.ms[mode])
         rows.append(row)
     return {"model": str(model), "shape": asdict(shape), "split": split, "sinks": sinks, "tail": tail,
-            "threads": threads, "map_bytes": map_bytes, "modes": list(modes), "results": rows}
+            "threads": threads, "map_bytes": maps, "modes": list(modes), "results": rows}
+
+
+def _paired_ratio_range(exact_ms: list[float], fill_ms: list[float]) -> list[float]:
+    """Min and max of exact/fill over the interleaved rounds: run i of each mode shared the machine's state."""
+    ratios = [e / f for e, f in zip(exact_ms, fill_ms)]
+    return [min(ratios), max(ratios)]
+
+
+def _ratio_cell(row: dict, mode: str) -> str:
+    cell = f"{row[f'ratio_{mode}']:.2f}x"
+    samples = row["samples_ms"]
+    if len(samples[mode]) > 1:  # recomputed, so reports saved before the range was stored show it too
+        lo, hi = _paired_ratio_range(samples["exact"], samples[mode])
+        cell += f" ({lo:.2f}-{hi:.2f})"
+    return cell + f" / {row[f'bound_{mode}']:.2f}x / {100 * row[f'of_bound_{mode}']:.0f}%"
 
 
 def markdown(summary: dict) -> str:
@@ -254,11 +274,11 @@ def markdown(summary: dict) -> str:
         f"tail {summary['tail']}, {summary['threads']} threads, map memory {summary['map_bytes'] / 2**20:.1f} MiB"
     fills = [m for m in modes if m != "exact"]
     head = "| tokens | " + " | ".join(f"TTFT {m} (ms)" for m in modes) + " | " + \
-        " | ".join(f"{m}: ratio / bound / of bound" for m in fills) + " |"
+        " | ".join(f"{m}: ratio (paired range) / bound / of bound" for m in fills) + " |"
     lines = [head, "|" + " --- |" * (1 + len(modes) + len(fills))]
     for r in summary["results"]:
         cells = [str(r["n_tokens"])] + [f"{r['median_ms'][m]:.0f}" for m in modes]
-        cells += [f"{r[f'ratio_{m}']:.2f}x / {r[f'bound_{m}']:.2f}x / {100 * r[f'of_bound_{m}']:.0f}%" for m in fills]
+        cells += [_ratio_cell(r, m) for m in fills]
         lines.append("| " + " | ".join(cells) + " |")
     return title + "\n\n" + "\n".join(lines)
 

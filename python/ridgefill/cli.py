@@ -186,6 +186,23 @@ def _cmd_bench_ttft(args) -> int:
     return 0
 
 
+def _cmd_bench_report(args) -> int:
+    from pathlib import Path
+
+    from . import bench
+
+    summaries = []
+    for path in args.files:
+        saved = json.loads(Path(path).read_text())
+        if not isinstance(saved, dict) or not all(isinstance(s, dict) and "results" in s for s in saved.values()):
+            raise bench.BenchError(f"{path} is not a `ridgefill bench ttft --json-out` file")
+        summaries += [{"path": name, **s} for name, s in saved.items()]
+    if args.plot:
+        print(f"plot: {bench.plot(summaries, args.plot)}", file=sys.stderr)
+    print("\n\n".join(map(bench.markdown, summaries)))
+    return 0
+
+
 def _cmd_bench_fit(args) -> int:
     from . import bench
 
@@ -262,6 +279,11 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--plot", metavar="PNG", help="write TTFT and speed-up vs length (bound drawn) here")
     bt.add_argument("--quiet", action="store_true")
     bt.set_defaults(func=_cmd_bench_ttft)
+
+    br = bp.add_parser("report", help="tables (and a plot) again from saved `bench ttft --json-out` files")
+    br.add_argument("files", nargs="+", metavar="JSON")
+    br.add_argument("--plot", metavar="PNG")
+    br.set_defaults(func=_cmd_bench_report)
 
     bf = bp.add_parser("fit", help="capture cost vs exact prefill, solve time, peak RSS")
     bf.add_argument("--model", required=True)
