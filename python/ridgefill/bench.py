@@ -206,15 +206,17 @@ def plot(summaries: list[dict], out_png: str) -> str:
             ax_t.plot(n, [r["median_ms"][mode] / 1000 for r in summ["results"]], color=color[mode], **style,
                       label=f"{mode} ({tag})")
             if mode != "exact":
-                ax_r.plot(n, [r[f"ratio_{mode}"] for r in summ["results"]], color=color[mode], **style,
-                          label=f"{mode} ({tag})")
+                ratio = [r[f"ratio_{mode}"] for r in summ["results"]]
+                spread = [_paired_ratio_range(r["samples_ms"]["exact"], r["samples_ms"][mode]) for r in summ["results"]]
+                yerr = [[y - lo for y, (lo, _) in zip(ratio, spread)], [hi - y for y, (_, hi) in zip(ratio, spread)]]
+                ax_r.errorbar(n, ratio, yerr=yerr, capsize=3, color=color[mode], **style, label=f"{mode} ({tag})")
     s0 = summaries[0]
     fills = [x for x in s0["modes"] if x != "exact"]
     if fills:
         n = [r["n_tokens"] for r in s0["results"]]
         ax_r.plot(n, [r[f"bound_{fills[-1]}"] for r in s0["results"]], "k--", label=f"cost-model bound ({fills[-1]})")
     ax_t.set(xlabel="prompt tokens", ylabel="TTFT (s, median)", xscale="log", title="time to first token")
-    ax_r.set(xlabel="prompt tokens", ylabel="TTFT exact / TTFT fill", xscale="log",
+    ax_r.set(xlabel="prompt tokens", ylabel="TTFT exact / TTFT fill (bars: paired-round range)", xscale="log",
              title=f"speed-up: split {s0['split']}, sinks {s0['sinks']}, tail {s0['tail']}")
     for ax in (ax_t, ax_r):
         ax.grid(alpha=0.3)
