@@ -37,3 +37,13 @@ def test_bench_report_renders_saved_runs_and_refuses_other_json(tmp_path, capsys
     other.write_text(json.dumps({"shapes": [1, 2]}))
     assert cli.main(["bench", "report", str(other)]) == 1
     assert "is not a `ridgefill bench ttft --json-out` file" in capsys.readouterr().err
+
+
+def test_runs_of_one_setting_at_different_lengths_merge_into_one_series():
+    a = _summary([100.0], [80.0])
+    b = _summary([300.0], [200.0])
+    b["results"][0]["n_tokens"] = 2048
+    other_tail = {**_summary([100.0], [50.0]), "tail": 512}
+    merged = bench.merge_summaries([a, b, other_tail])
+    assert [r["n_tokens"] for r in merged[0]["results"]] == [2048, 4096]
+    assert merged[1]["tail"] == 512 and len(merged) == 2

@@ -255,6 +255,20 @@ def summarize(model, results, shape, split, sinks, tail, threads, modes, maps: i
             "threads": threads, "map_bytes": maps, "modes": list(modes), "results": rows}
 
 
+def merge_summaries(summaries: list[dict]) -> list[dict]:
+    """Runs of one setting (path, model, split, sinks, tail, threads, modes) saved at different lengths
+    become one series, sorted by length; a length measured twice keeps the later file's rows."""
+    merged: dict[tuple, dict] = {}
+    for s in summaries:
+        key = (s.get("path"), s["model"], s["split"], s["sinks"], s["tail"], s["threads"], tuple(s["modes"]))
+        if key in merged:
+            rows = {r["n_tokens"]: r for r in merged[key]["results"] + s["results"]}
+            merged[key] = {**merged[key], "results": [rows[n] for n in sorted(rows)]}
+        else:
+            merged[key] = s
+    return list(merged.values())
+
+
 def _paired_ratio_range(exact_ms: list[float], fill_ms: list[float]) -> list[float]:
     """Min and max of exact/fill over the interleaved rounds: run i of each mode shared the machine's state."""
     ratios = [e / f for e, f in zip(exact_ms, fill_ms)]

@@ -197,6 +197,7 @@ def _cmd_bench_report(args) -> int:
         if not isinstance(saved, dict) or not all(isinstance(s, dict) and "results" in s for s in saved.values()):
             raise bench.BenchError(f"{path} is not a `ridgefill bench ttft --json-out` file")
         summaries += [{"path": name, **s} for name, s in saved.items()]
+    summaries = bench.merge_summaries(summaries)
     if args.plot:
         print(f"plot: {bench.plot(summaries, args.plot)}", file=sys.stderr)
     print("\n\n".join(map(bench.markdown, summaries)))
