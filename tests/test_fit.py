@@ -77,6 +77,8 @@ def test_fit_cli_end_to_end(smollm2_path, llama_stats, tmp_path):
                         "--maps-out", str(maps_file), "-o", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "R² ridge" in r.stdout
+    names = ", ".join(llama_stats.provenance.documents)
+    assert f"training: {llama_stats.provenance.n_tokens} tokens from {len(llama_stats.provenance.documents)} documents: {names}" in r.stdout
     info = json.loads(subprocess.run([sys.executable, "-m", "ridgefill", "inspect", str(out), "--json"],
                                      capture_output=True, text=True, check=True).stdout)
     assert [l["layer"] for l in info["layers"]] == list(range(SPLIT + 1, 30))

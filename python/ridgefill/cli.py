@@ -73,6 +73,8 @@ def _cmd_fit(args) -> int:
         if args.stats_out:
             stats.save(args.stats_out)
     maps = pipeline.fit_and_pack(args.base, stats, args.output, args.type, Defaults(args.sinks, args.tail), args.maps_out)
+    for name, prov in (("training", stats.provenance), ("held-out", stats.heldout_provenance)):
+        print(f"{name}: {prov.n_tokens} tokens from {len(prov.documents)} documents: {', '.join(prov.documents)}")
     print(ridge.report(maps))
     losers = [f.layer for f in maps.fits if f.r2_ridge <= f.r2_identity]
     if losers:
