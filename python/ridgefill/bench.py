@@ -207,7 +207,7 @@ def plot(summaries: list[dict], out_png: str) -> str:
                       label=f"{mode} ({tag})")
             if mode != "exact":
                 ratio = [r[f"ratio_{mode}"] for r in summ["results"]]
-                spread = [_paired_ratio_range(r["samples_ms"]["exact"], r["samples_ms"][mode]) for r in summ["results"]]
+                spread = [_row_ratio_range(r, mode) for r in summ["results"]]
                 yerr = [[y - lo for y, (lo, _) in zip(ratio, spread)], [hi - y for y, (_, hi) in zip(ratio, spread)]]
                 ax_r.errorbar(n, ratio, yerr=yerr, capsize=3, color=color[mode], **style, label=f"{mode} ({tag})")
     s0 = summaries[0]
@@ -275,11 +275,15 @@ def _paired_ratio_range(exact_ms: list[float], fill_ms: list[float]) -> list[flo
     return [min(ratios), max(ratios)]
 
 
+def _row_ratio_range(row: dict, mode: str) -> list[float]:
+    """From the samples, so reports saved before the range was stored show it too."""
+    return _paired_ratio_range(row["samples_ms"]["exact"], row["samples_ms"][mode])
+
+
 def _ratio_cell(row: dict, mode: str) -> str:
     cell = f"{row[f'ratio_{mode}']:.2f}x"
-    samples = row["samples_ms"]
-    if len(samples[mode]) > 1:  # recomputed, so reports saved before the range was stored show it too
-        lo, hi = _paired_ratio_range(samples["exact"], samples[mode])
+    if len(row["samples_ms"][mode]) > 1:
+        lo, hi = _row_ratio_range(row, mode)
         cell += f" ({lo:.2f}-{hi:.2f})"
     return cell + f" / {row[f'bound_{mode}']:.2f}x / {100 * row[f'of_bound_{mode}']:.0f}%"
 
