@@ -36,7 +36,7 @@ def sample_text() -> str:
     return Path(textwrap.__file__).read_text()
 
 
-def random_maps_model(base, split: int, out: Path, seed: int = 0):
+def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str = "f32"):
     """`base` + random, non-symmetric F32 maps (W = I + noise, b = noise) at `split`: (Model, Maps).
 
     Far from the identity, so a wrong or transposed map shows; easy to recompute in numpy.
@@ -55,4 +55,4 @@ def random_maps_model(base, split: int, out: Path, seed: int = 0):
     w = (np.eye(d) + 0.05 * rng.normal(size=(len(layers), d, d))).astype(np.float32)
     b = (0.1 * rng.normal(size=(len(layers), d))).astype(np.float32)
     maps = Maps(split, layers, w, b, [LayerFit(l, 0, 0, 0, 0, 0, 0) for l in layers])
-    return Model(pack.pack(base, maps, ident, Provenance(), out, map_type="f32")), maps
+    return Model(pack.pack(base, maps, ident, Provenance(), out, map_type=map_type)), maps

@@ -97,19 +97,27 @@ def _cmd_convert(args) -> int:
 def _cmd_inspect(args) -> int:
     from . import pack
 
-    info = pack.inspect(args.gguf)
+    info = pack.inspect(args.gguf, base=args.base)
+    failed = [c for c in info["checks"] if not c["ok"]]
     if args.json:
         print(json.dumps(info, indent=2))
-        return 0
+        return 1 if failed else 0
     for k, v in info["metadata"].items():
         if not isinstance(v, list):
             print(f"ridgefill.{k:18s} {v}")
     print("layer  type  lambda      R2 ridge  R2 identity  bytes")
     for row in info["layers"]:
-        print(f"{row['layer']:5d}  {row['type']:4s}  {row['lambda']:.3e}  {row['r2_ridge']:8.4f}  "
-              f"{row['r2_identity']:11.4f}  {row['bytes']}")
+        print(f"{row['layer']:5d}  {row['type']:4s}  {_num(row['lambda'], '.3e'):>9s}  {_num(row['r2_ridge'], '8.4f')}  "
+              f"{_num(row['r2_identity'], '11.4f')}  {row['bytes']}")
     print(f"map memory: {info['map_bytes'] / 2**20:.1f} MiB")
-    return 0
+    for c in info["checks"]:
+        print(f"check {c['name']:15s} {'ok  ' if c['ok'] else 'FAIL'}  {c['message']}")
+    print("the fork loads this file" if info["loads"] else "the fork refuses this file (a loader check failed)")
+    return 1 if failed else 0
+
+
+def _num(v, fmt: str) -> str:
+    return format(v, fmt) if isinstance(v, (int, float)) else "-"
 
 
 def _add_capture_args(p, split_required: bool):
@@ -258,8 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("-o", "--output", required=True)
     cv.set_defaults(func=_cmd_convert)
 
-    ins = sub.add_parser("inspect", help="RidgeFill metadata and map sizes of an augmented GGUF")
+    ins = sub.add_parser("inspect", help="RidgeFill metadata, map sizes and the loader's checks of an augmented GGUF "
+                                         "(exit 1 if a check fails)")
     ins.add_argument("gguf")
+    ins.add_argument("--base", help="base GGUF: also check that ridgefill.base_sha256 is its sha256")
     ins.add_argument("--json", action="store_true")
     ins.set_defaults(func=_cmd_inspect)
 
@@ -323,12 +333,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _exit_on_sigterm()
     try:
         return args.func(args)
     except (fetch.FetchError, models.UnknownModel, FileNotFoundError, ValueError, RuntimeError,
             CalibrationError, CorpusError, GGUFError, StatsError) as err:
         print(f"ridgefill: error: {err}", file=sys.stderr)
         return 1
+
+
+def _exit_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C does, so every half-written output and temporary folder is removed."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 if __name__ == "__main__":

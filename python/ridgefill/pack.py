@@ -76,6 +76,11 @@ def pack(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, provenanc
     if maps.layers != list(range(maps.split + 1, identity.n_layer)):
         raise PackError(f"maps cover layers {maps.layers}, expected {maps.split + 1}..{identity.n_layer - 1}")
 
+    n_ctx_train = int(_field(reader, f"{identity.arch}.context_length") or 0)
+    for name, v in (("sink rows", defaults.sink_rows), ("tail rows", defaults.tail_rows)):
+        if not 0 <= v <= n_ctx_train:
+            raise PackError(f"default {name} {v} out of range [0, {n_ctx_train}] (the model's context length)")
+
     extra = []
     for j, layer in enumerate(maps.layers):
         w = maps.weights[j].astype(MAP_TYPES[map_type])  # (d_out, d_in) -> ggml ne = {d_in, d_out}
@@ -98,31 +103,43 @@ def _add_metadata(writer, maps: Maps, identity: ModelIdentity, provenance: Prove
     writer.add_string(KEY.format("base_sha256"), identity.base_sha256)
 
 
-def inspect(path: str | os.PathLike) -> dict:
-    """RidgeFill metadata and map tensors of an augmented GGUF."""
+def inspect(path: str | os.PathLike, base: str | os.PathLike | None = None) -> dict:
+    """RidgeFill metadata, map tensors and the loader's checks (validate.py) of an augmented GGUF."""
+    from . import validate
+
     reader = open_gguf(path)
     if not has_maps(reader):
         raise PackError(f"{path} carries no RidgeFill maps")
     meta = {k[len("ridgefill."):]: _plain(reader.fields[k].contents()) for k in reader.fields if k.startswith("ridgefill.")}
     tensors = {t.name: t for t in reader.tensors}
-    split = int(meta["split_layer"])
     layers, total = [], 0
-    for j, layer in enumerate(range(split + 1, split + 1 + len(meta.get("lambda", [])))):
-        w = tensors.get(MAP_WEIGHT.format(layer))
-        b = tensors.get(MAP_BIAS.format(layer))
-        nbytes = (w.n_bytes if w else 0) + (b.n_bytes if b else 0)
+    for name in sorted((n for n in tensors if n.endswith(".ridge_map.weight")), key=lambda n: int(n.split(".")[1])):
+        layer = int(name.split(".")[1])
+        w, b = tensors[name], tensors.get(MAP_BIAS.format(layer))
+        nbytes = int(w.n_bytes) + (int(b.n_bytes) if b else 0)
         total += nbytes
         layers.append({
             "layer": layer,
-            "lambda": meta["lambda"][j],
-            "r2_ridge": meta["heldout_r2"][j],
-            "r2_identity": meta["heldout_r2_identity"][j],
-            "type": w.tensor_type.name if w else None,
-            "shape": [int(x) for x in w.shape] if w else None,
+            **{k: _per_layer(meta, k, layer) for k in ("lambda", "r2_ridge", "r2_identity")},
+            "type": w.tensor_type.name,
+            "shape": [int(x) for x in w.shape],
             "bias": b is not None,
             "bytes": nbytes,
         })
-    return {"path": str(path), "metadata": meta, "layers": layers, "map_bytes": total}
+    checks = [c.as_dict() for c in validate.check_file(path, base, reader)]
+    return {"path": str(path), "metadata": meta, "layers": layers, "map_bytes": total, "checks": checks,
+            "loads": all(c["ok"] for c in checks if c["name"] in validate.LOADER)}
+
+
+_STAT_KEYS = {"lambda": "lambda", "r2_ridge": "heldout_r2", "r2_identity": "heldout_r2_identity"}
+
+
+def _per_layer(meta: dict, key: str, layer: int):
+    """The per-layer statistic of `layer` (lists start at split + 1), None where the metadata lacks it."""
+    values, split = meta.get(_STAT_KEYS[key]), meta.get("split_layer")
+    if not isinstance(values, list) or not isinstance(split, int) or not 0 <= layer - split - 1 < len(values):
+        return None
+    return values[layer - split - 1]
 
 
 def read_maps(path: str | os.PathLike) -> dict[int, tuple[np.ndarray, np.ndarray]]:

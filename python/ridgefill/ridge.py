@@ -150,7 +150,7 @@ MAPS_FORMAT = "ridgefill-maps/1"
 
 def save_maps(path, maps: Maps, identity, provenance) -> Path:
     """Maps + the model identity and calibration provenance they belong to (npz)."""
-    from .fetch import atomic_write_from
+    from .files import atomic_write_from
 
     meta = {"format": MAPS_FORMAT, "split": maps.split, "layers": maps.layers,
             "fits": [asdict(f) for f in maps.fits], "identity": asdict(identity), "provenance": asdict(provenance)}

@@ -41,11 +41,11 @@ class LlamaServer:
     """`with LlamaServer(model, args) as srv: srv.post("/completion", {...})`"""
 
     def __init__(self, model: str | os.PathLike, extra_args: list[str] = (), ctx: int = 8192, threads: int | None = None,
-                 log: str | os.PathLike | None = None, startup_timeout: float = 120.0):
+                 log: str | os.PathLike | None = None, startup_timeout: float = 120.0, n_parallel: int = 1):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = [str(tool_path("llama-server")), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
-                     "-c", str(ctx), "-np", "1", "-t", str(threads or os.cpu_count() or 1), *extra_args]
+                     "-c", str(ctx), "-np", str(n_parallel), "-t", str(threads or os.cpu_count() or 1), *extra_args]
         self.log_path = Path(log) if log else None
         self.startup_timeout = startup_timeout
         self.proc: subprocess.Popen | None = None
@@ -93,7 +93,11 @@ class LlamaServer:
         return self._request(urllib.request.Request(self.url + path))
 
     def post(self, path: str, body: dict, timeout: float = 600.0) -> dict:
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        return self.post_raw(path, json.dumps(body).encode(), timeout)
+
+    def post_raw(self, path: str, data: bytes, timeout: float = 600.0) -> dict:
+        """POST `data` as it is (a malformed body, for tests)."""
+        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
         return self._request(req, timeout)
 
     def _request(self, req, timeout: float = 10.0) -> dict:

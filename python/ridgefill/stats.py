@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .fetch import atomic_write_from
+from .files import atomic_write_from
 
 FORMAT = "ridgefill-stats/1"
 

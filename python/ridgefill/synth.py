@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from . import pack
+from .files import atomic_output
 from .gguf_io import copy_gguf, open_gguf
 from .ridge import LayerFit, Maps
 from .stats import Provenance
@@ -136,13 +137,8 @@ def random_model(shape: str, out: str | os.PathLike, tokenizer_from: str | os.Pa
     tensors = _random_tensors(sh, n_vocab, rng, shared_layers)
 
     out = Path(out)
-    part = out.with_name(f".{out.name}.part")
-    try:
+    with atomic_output(out) as part:
         _write_random(gguf, part, shape, sh, n_ctx, src, tensors, qtype)
-        os.replace(part, out)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
     return out
 
 

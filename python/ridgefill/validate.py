@@ -1,0 +1,152 @@
+"""The checks the fork's loader makes on an augmented GGUF, in Python, for `ridgefill inspect`.
+
+Each check has a name, a verdict and a message naming the key or tensor at fault. The loader
+(patch "model : validate RidgeFill maps and metadata at load") refuses a file that fails any
+of the `LOADER` checks; `inspect` also reports checks the loader cannot make: finite held-out
+statistics and, when given the base GGUF, whether `ridgefill.base_sha256` is that file's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from .fetch import sha256_file
+from .gguf_io import field, open_gguf
+
+FORMAT_VERSION = 1
+MAP_WEIGHT = "blk.{}.ridge_map.weight"
+MAP_BIAS = "blk.{}.ridge_map.bias"
+# the loader's supported set (llama_rf_map_type_supported); each is tested through the fill path
+MAP_WEIGHT_TYPES = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
+LOADER = ("format_version", "split_layer", "sink_rows", "tail_rows", "maps")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    message: str
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "ok": self.ok, "message": self.message}
+
+
+def check_file(path: str | os.PathLike, base: str | os.PathLike | None = None,
+               reader: gguf.GGUFReader | None = None) -> list[Check]:
+    reader = reader or open_gguf(path)
+    arch = field(reader, "general.architecture")
+    n_layer = int(field(reader, f"{arch}.block_count") or 0) - int(field(reader, f"{arch}.nextn_predict_layers") or 0)
+    n_embd = int(field(reader, f"{arch}.embedding_length") or 0)
+    n_ctx_train = int(field(reader, f"{arch}.context_length") or 0)
+
+    checks = [_format_version(reader)]
+    split = _uint32(reader, "ridgefill.split_layer")
+    checks.append(_in_range("split_layer", split, 1, n_layer - 1))
+    for key in ("sink_rows", "tail_rows"):
+        checks.append(_in_range(key, _uint32(reader, f"ridgefill.{key}"), 0, n_ctx_train, optional=True,
+                                bound_name="n_ctx_train"))
+    split_ok = isinstance(split, int) and 1 <= split < n_layer
+    checks.append(_maps(reader, split if split_ok else None, n_layer, n_embd))
+    checks.append(_finite_stats(reader))
+    if base is not None:
+        checks.append(_base_sha256(reader, Path(base)))
+    return checks
+
+
+def _uint32(reader, key: str):
+    """The key's value if it is a uint32, None if absent, else a description of what it is."""
+    f = reader.get_field(key)
+    if f is None:
+        return None
+    if f.types != [gguf.GGUFValueType.UINT32]:
+        return f"a {'/'.join(t.name for t in f.types)} ({f.contents()!r})"
+    return int(f.contents())
+
+
+def _format_version(reader) -> Check:
+    v = _uint32(reader, "ridgefill.format_version")
+    if v is None:
+        return Check("format_version", False, "ridgefill.format_version is missing")
+    if not isinstance(v, int):
+        return Check("format_version", False, f"ridgefill.format_version is {v}, expected uint32")
+    if v != FORMAT_VERSION:
+        return Check("format_version", False, f"ridgefill.format_version = {v} is not supported (this build reads {FORMAT_VERSION})")
+    return Check("format_version", True, f"ridgefill.format_version = {v}")
+
+
+def _in_range(name: str, v, lo: int, hi: int, optional: bool = False, bound_name: str | None = None) -> Check:
+    key = f"ridgefill.{name}"
+    if v is None:
+        return Check(name, optional, f"{key} is absent (default)" if optional else f"{key} is missing")
+    if not isinstance(v, int):
+        return Check(name, False, f"{key} is {v}, expected uint32")
+    bound = f"{hi} ({bound_name})" if bound_name else str(hi)
+    if not lo <= v <= hi:
+        return Check(name, False, f"{key} = {v} is out of range [{lo}, {bound}]")
+    return Check(name, True, f"{key} = {v}")
+
+
+def _maps(reader, split: int | None, n_layer: int, n_embd: int) -> Check:
+    tensors = {t.name: t for t in reader.tensors if ".ridge_map." in t.name}
+    if split is None:
+        return Check("maps", False, "maps not checked: no valid ridgefill.split_layer")
+    for name, t in sorted(tensors.items()):
+        layer = int(name.split(".")[1])
+        if not split < layer < n_layer:
+            return Check("maps", False, f"{name}: map for a layer outside ({split}, {n_layer})")
+    for layer in range(split + 1, n_layer):
+        bad = _map_problem(tensors.get(MAP_WEIGHT.format(layer)), tensors.get(MAP_BIAS.format(layer)), layer, n_embd)
+        if bad:
+            return Check("maps", False, bad)
+    return Check("maps", True, f"{n_layer - split - 1} maps, f32/f16 {n_embd}x{n_embd}, finite")
+
+
+def _ne(t) -> list[int]:
+    """ggml ne of a tensor without trailing 1s ({d, 1} is the same shape as {d})."""
+    ne = [int(n) for n in t.shape]
+    while len(ne) > 1 and ne[-1] == 1:
+        ne.pop()
+    return ne
+
+
+def _map_problem(w, b, layer: int, d: int) -> str | None:
+    name_w, name_b = MAP_WEIGHT.format(layer), MAP_BIAS.format(layer)
+    if w is None:
+        return f"{name_w}: missing"
+    if w.tensor_type not in MAP_WEIGHT_TYPES:
+        return f"{name_w}: type {w.tensor_type.name} is not supported (f32 or f16)"
+    if _ne(w) != [d, d]:
+        return f"{name_w}: shape {_ne(w)}, expected [{d}, {d}]"
+    if b is not None and b.tensor_type != gguf.GGMLQuantizationType.F32:
+        return f"{name_b}: type {b.tensor_type.name}, biases must be F32"
+    if b is not None and _ne(b) != [d]:
+        return f"{name_b}: shape {_ne(b)}, expected [{d}]"
+    for t in (w, b):
+        if t is not None and not np.isfinite(np.asarray(t.data)).all():
+            return f"{t.name}: non-finite value (NaN or Inf)"
+    return None
+
+
+def _finite_stats(reader) -> Check:
+    for key in ("lambda", "heldout_r2", "heldout_r2_identity"):
+        f = reader.get_field(f"ridgefill.{key}")
+        if f is None:
+            continue
+        values = f.contents()
+        if not isinstance(values, list) or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in values):
+            return Check("stats", False, f"ridgefill.{key} holds a non-finite or non-numeric value")
+    return Check("stats", True, "lambda and held-out R² are finite")
+
+
+def _base_sha256(reader, base: Path) -> Check:
+    recorded = field(reader, "ridgefill.base_sha256")
+    actual = sha256_file(base)
+    if recorded != actual:
+        return Check("base_sha256", False, f"ridgefill.base_sha256 = {recorded!r}, but {base} has sha256 {actual}")
+    return Check("base_sha256", True, f"ridgefill.base_sha256 matches {base}")

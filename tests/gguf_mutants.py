@@ -1,0 +1,183 @@
+"""Seeded mutants of a small augmented GGUF, for the loader fuzz test (test_fuzz_gguf.py).
+
+Two families:
+- byte-level: truncations and byte flips anywhere in the file (header, metadata, tensor
+  infos, data); the fork may load the result or refuse it, but must not crash;
+- structural: the file rewritten through gguf-py with one defect in the RidgeFill part
+  (map type, shape, non-finite values, missing or extra tensors, bad metadata); the fork
+  must refuse every one of these at load, with a message naming the tensor or key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import gguf
+import numpy as np
+
+Q = gguf.GGMLQuantizationType
+V = gguf.GGUFValueType
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    must_refuse: bool       # the loader must reject it (structural defects)
+    expect: str | None      # a substring of the load error, when must_refuse
+    write: Callable[[Path], None]
+
+
+@dataclass
+class _Tensor:
+    name: str
+    data: np.ndarray        # numpy order; raw bytes (uint8, byte shape) for block formats
+    qtype: Q
+
+
+class _Model:
+    """The source file's keys and tensors, to be rewritten with one change."""
+
+    def __init__(self, path: Path):
+        r = gguf.GGUFReader(path)
+        self.arch = str(r.get_field("general.architecture").contents())
+        self.kvs = []
+        for f in r.fields.values():
+            if f.name.startswith("GGUF.") or f.name == "general.architecture":
+                continue
+            sub = f.types[-1] if f.types[0] == V.ARRAY else None
+            self.kvs.append((f.name, f.contents(), f.types[0], sub))
+        self.tensors = [_Tensor(t.name, np.array(t.data), t.tensor_type) for t in r.tensors]
+        self.alignment = r.alignment
+
+    def key(self, name):
+        return next(v for k, v, _, _ in self.kvs if k == name)
+
+    def write(self, out: Path, kvs=None, tensors=None):
+        w = gguf.GGUFWriter(out, arch=self.arch)
+        w.data_alignment = self.alignment
+        for k, v, vt, sub in (self.kvs if kvs is None else kvs):
+            w.add_key_value(k, v, vt, sub_type=sub)
+        ts = self.tensors if tensors is None else tensors
+        for t in ts:
+            raw = None if t.qtype in (Q.F32, Q.F16, Q.F64, Q.I8, Q.I16, Q.I32, Q.I64) else t.qtype
+            w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, raw_dtype=raw)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        for t in ts:
+            w.write_tensor_data(t.data)
+        w.close()
+
+
+def mutants(src: Path, seed: int = 0, n_bytes: int = 150) -> list[Mutant]:
+    m = _Model(src)
+    data = src.read_bytes()
+    rng = np.random.default_rng(seed)
+    return _byte_mutants(data, rng, n_bytes) + _structural_mutants(m, rng)
+
+
+def _byte_mutants(data: bytes, rng, n: int) -> list[Mutant]:
+    out = []
+    header_end = min(len(data), 1 << 20)  # keys and tensor infos sit in the first MiB of a small model
+
+    def write_bytes(b: bytes):
+        return lambda p: p.write_bytes(b)
+
+    for i in range(n // 3):
+        cut = int(rng.integers(0, len(data))) if i % 2 else int(rng.integers(0, header_end))
+        out.append(Mutant(f"truncate@{cut}", False, None, write_bytes(data[:cut])))
+    for i in range(n - n // 3):
+        b = bytearray(data)
+        k = int(rng.integers(1, 9))
+        region = header_end if i % 3 else len(data)
+        for pos in rng.integers(0, region, size=k):
+            b[int(pos)] ^= 1 << int(rng.integers(0, 8))
+        out.append(Mutant(f"flip{k}@{i}", False, None, write_bytes(bytes(b))))
+    return out
+
+
+def _replace(m: _Model, name: str, t: _Tensor | None) -> list[_Tensor]:
+    """The tensor list with `name` replaced by `t` (dropped when t is None)."""
+    ts = [x for x in m.tensors if x.name != name]
+    return ts if t is None else ts + [t]
+
+
+def _with_key(m: _Model, key: str, value, vtype, sub=None):
+    return [kv for kv in m.kvs if kv[0] != key] + ([] if value is None else [(key, value, vtype, sub)])
+
+
+def _structural_mutants(m: _Model, rng) -> list[Mutant]:
+    split = int(m.key("ridgefill.split_layer"))
+    n_layer = int(m.key(f"{m.arch}.block_count"))
+    n_ctx = int(m.key(f"{m.arch}.context_length"))
+    maps = [t for t in m.tensors if t.name.endswith(".ridge_map.weight")]
+    w0 = maps[0]
+    d = w0.data.shape[0]
+    f32 = w0.data.astype(np.float32)
+    bias0 = next(t for t in m.tensors if t.name == w0.name.replace(".weight", ".bias"))
+    out: list[Mutant] = []
+
+    def add(name, expect, kvs=None, tensors=None):
+        out.append(Mutant(name, True, expect, lambda p, kvs=kvs, tensors=tensors: m.write(p, kvs, tensors)))
+
+    # map weight types outside {f32, f16}
+    for qt, arr in [(Q.F64, f32.astype(np.float64)), (Q.I32, f32.astype(np.int32)), (Q.I8, f32.astype(np.int8)),
+                    (Q.I16, f32.astype(np.int16)), (Q.Q8_0, gguf.quants.quantize(f32, Q.Q8_0)),
+                    (Q.Q4_0, gguf.quants.quantize(f32, Q.Q4_0)), (Q.BF16, gguf.quants.quantize(f32, Q.BF16))]:
+        for t in (w0, maps[-1]):
+            add(f"type-{qt.name}-{t.name}", t.name, tensors=_replace(m, t.name, _Tensor(t.name, arr, qt)))
+    # bias types other than f32
+    b32 = bias0.data.astype(np.float32)
+    for qt, arr in [(Q.F16, b32.astype(np.float16)), (Q.I32, b32.astype(np.int32)), (Q.F64, b32.astype(np.float64))]:
+        add(f"bias-type-{qt.name}", bias0.name, tensors=_replace(m, bias0.name, _Tensor(bias0.name, arr, qt)))
+    # shapes
+    for shape in [(d, d + 1), (d - 1, d), (d + 32, d), (d, d // 2), (2, d, d)]:
+        arr = np.resize(f32, shape).astype(np.float32)
+        add(f"shape-{'x'.join(map(str, shape))}", w0.name, tensors=_replace(m, w0.name, _Tensor(w0.name, arr, Q.F32)))
+    for shape in [(d + 1,), (d - 1,), (d, 1), (d, 2)]:  # (1, d) is ne {d, 1} = {d}: valid
+        arr = np.resize(b32, shape).astype(np.float32)
+        add(f"bias-shape-{'x'.join(map(str, shape))}", bias0.name,
+            tensors=_replace(m, bias0.name, _Tensor(bias0.name, arr, Q.F32)))
+    # non-finite values, in weights of either type and in biases
+    for bad in (np.nan, np.inf, -np.inf):
+        for t in (w0, maps[len(maps) // 2], maps[-1]):
+            arr = t.data.copy()
+            arr.reshape(-1)[int(rng.integers(0, arr.size))] = bad
+            add(f"nonfinite-{bad}-{t.name}-{t.qtype.name}", t.name, tensors=_replace(m, t.name, _Tensor(t.name, arr, t.qtype)))
+        for qt, dt in ((Q.F32, np.float32), (Q.F16, np.float16)):
+            arr = f32.astype(dt)
+            arr.reshape(-1)[-1] = bad
+            add(f"nonfinite-{bad}-{qt.name}-last", w0.name, tensors=_replace(m, w0.name, _Tensor(w0.name, arr, qt)))
+        arr = b32.copy()
+        arr[int(rng.integers(0, d))] = bad
+        add(f"nonfinite-{bad}-bias", bias0.name, tensors=_replace(m, bias0.name, _Tensor(bias0.name, arr, Q.F32)))
+    # missing and extra tensors
+    for t in (w0, maps[-1]):
+        add(f"missing-{t.name}", t.name, tensors=_replace(m, t.name, None))
+    for layer in (0, split):
+        name = f"blk.{layer}.ridge_map.weight"
+        add(f"extra-map-{layer}", name, tensors=m.tensors + [_Tensor(name, f32, Q.F32)])
+    add(f"extra-map-{n_layer}", "wrong number of tensors",
+        tensors=m.tensors + [_Tensor(f"blk.{n_layer}.ridge_map.weight", f32, Q.F32)])
+    add("extra-tensor", "wrong number of tensors", tensors=m.tensors + [_Tensor("blk.0.surprise.weight", f32, Q.F32)])
+    # metadata
+    fv, sl, sr, tr = ("ridgefill." + k for k in ("format_version", "split_layer", "sink_rows", "tail_rows"))
+    for v in (0, 2, 999, 2**32 - 1):
+        add(f"format_version={v}", "format_version", kvs=_with_key(m, fv, v, V.UINT32))
+    add("format_version-string", "format_version", kvs=_with_key(m, fv, "1", V.STRING))
+    add("format_version-f32", "format_version", kvs=_with_key(m, fv, 1.0, V.FLOAT32))
+    add("format_version-missing", "format_version", kvs=_with_key(m, fv, None, None))
+    for v in (0, n_layer - 1, n_layer, 2**31, 2**32 - 1):
+        add(f"split_layer={v}", "split", kvs=_with_key(m, sl, v, V.UINT32))
+    add("split_layer-int32-neg", "split_layer", kvs=_with_key(m, sl, -1, V.INT32))
+    add("split_layer-string", "split_layer", kvs=_with_key(m, sl, "3", V.STRING))
+    add("split_layer-missing", "without ridgefill.split_layer", kvs=_with_key(m, sl, None, None))
+    for key in (sr, tr):
+        for v in (n_ctx + 1, 2**31, 2**32 - 1):
+            add(f"{key}={v}", key, kvs=_with_key(m, key, v, V.UINT32))
+        add(f"{key}-int32-neg", key, kvs=_with_key(m, key, -1, V.INT32))
+        add(f"{key}-f32", key, kvs=_with_key(m, key, 4.5, V.FLOAT32))
+        add(f"{key}-bool", key, kvs=_with_key(m, key, True, V.BOOL))
+    return out

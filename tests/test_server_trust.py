@@ -1,0 +1,132 @@
+"""llama-server under hostile input and load: strict RidgeFill fields, malformed bodies, maps it
+must refuse, filled KV that must not reach exact requests, and fill under continuous batching."""
+
+import json
+import threading
+
+import pytest
+
+from ridgefill.server import LlamaServer, ServerError
+from test_trust import overflow_maps
+
+pytestmark = pytest.mark.slow
+
+SPLIT = 15
+CTX = 1024
+FILL = ["--ridgefill", "identity", "--ridgefill-split", str(SPLIT), "--ridgefill-sink", "4", "--ridgefill-tail", "64"]
+
+
+@pytest.fixture(scope="module")
+def tokens(smollm2, sample_text):
+    return [int(t) for t in smollm2.tokenize(sample_text)]
+
+
+def _complete(srv, prompt, **extra):
+    body = {"prompt": prompt, "n_predict": 4, "temperature": 0.0, "cache_prompt": False, **extra}
+    return srv.post("/completion", body)
+
+
+def _error_message(err: ServerError) -> str:
+    return json.loads(str(err).split(": ", 1)[1])["error"]["message"]
+
+
+BAD_ROWS = [1.5, 4.0, True, False, "4", [4], {"n": 4}, -1, CTX + 1, 2**32, 4294967312, 2**63, 2**64 + 16, 1e12]
+
+
+def test_row_fields_are_strict_integers_and_errors_quote_the_value(smollm2_path, tokens):
+    prompt = tokens[:300]
+    with LlamaServer(smollm2_path, FILL, ctx=CTX, threads=2) as srv:
+        for field in ("ridgefill_sink", "ridgefill_tail"):
+            for value in BAD_ROWS:
+                with pytest.raises(ServerError) as err:
+                    _complete(srv, prompt, **{field: value})
+                assert err.value.status == 400, (field, value, str(err.value))
+                message = _error_message(err.value)
+                assert field in message
+                if value != 2**64 + 16:  # beyond uint64 JSON parsers read a float (1.8446744073709552e+19)
+                    assert json.dumps(value, separators=(",", ":")) in message, message
+        assert srv.alive()
+        default = _complete(srv, prompt, ridgefill_sink=None, ridgefill_tail=None)["timings"]
+        assert (default["ridgefill_filled_n"], default["ridgefill_full_n"]) == (300 - 68, 68)
+        edge = _complete(srv, prompt, ridgefill_sink=0, ridgefill_tail=CTX)["timings"]
+        assert edge["ridgefill_full_n"] == 300 and edge.get("ridgefill_filled_n", 0) == 0
+
+
+@pytest.mark.parametrize("body", [b"{", b"{\"prompt\": [1, 2", b"not json", b"\xff\xfe", b""])
+def test_malformed_json_is_a_400(smollm2_path, body):
+    with LlamaServer(smollm2_path, [], ctx=CTX, threads=2) as srv:
+        for path in ("/completion", "/v1/completions", "/v1/chat/completions"):
+            with pytest.raises(ServerError) as err:
+                srv.post_raw(path, body)
+            assert err.value.status == 400, (path, str(err.value))
+        assert srv.alive()
+
+
+def test_server_refuses_to_start_on_a_nan_map(smollm2_path, tmp_path):
+    import numpy as np
+
+    from ridgefill import pack
+    from ridgefill.gguf_io import copy_gguf, open_gguf
+
+    good = overflow_maps(smollm2_path, tmp_path / "ovf.gguf")
+    name = "blk.22.ridge_map.weight"
+
+    def poison(tname, raw):
+        if tname != name:
+            return raw
+        out = raw.copy()
+        out.reshape(-1)[11] = np.nan
+        return out
+
+    bad = copy_gguf(open_gguf(good), tmp_path / "nan.gguf", tensor_data=poison)
+    assert not pack.inspect(bad)["loads"]
+    log = tmp_path / "srv.log"
+    with pytest.raises(ServerError, match="exited"):
+        LlamaServer(bad, ["--ridgefill", "ridge"], ctx=CTX, threads=2, log=log).start()
+    assert f"{name}: non-finite value" in log.read_text()
+
+
+def test_exact_request_after_a_poisoned_fill_equals_stock(smollm2_path, tokens, tmp_path):
+    """Maps that pass the load checks but fill NaN K/V; the next exact request on the same slot
+    equals the one a server without RidgeFill answers (FA off: masked cells enter the softmax)."""
+    ovf = overflow_maps(smollm2_path, tmp_path / "ovf.gguf")
+    args = ["-fa", "off", "-b", "256", "-ub", "64"]
+    exact_prompt = tokens[700:1000]
+    body = dict(n_predict=8, n_probs=3)
+    with LlamaServer(smollm2_path, args, ctx=CTX, threads=2) as srv:
+        stock = _complete(srv, exact_prompt, **body)
+    with LlamaServer(ovf, args + ["--ridgefill", "ridge", "--ridgefill-tail", "64"], ctx=CTX, threads=2) as srv:
+        for _ in range(2):
+            garbage = _complete(srv, tokens[:600], **body)
+            assert garbage["timings"]["ridgefill_filled_n"] == 600 - 4 - 64
+            after = _complete(srv, exact_prompt, ridgefill="exact", **body)
+            assert after["content"] == stock["content"]
+            assert after["completion_probabilities"] == stock["completion_probabilities"]
+
+
+def test_every_ridge_request_fills_its_range_under_continuous_batching(smollm2_path, tokens):
+    """-np 4, non-unified KV (split_equal): fill rows never share a ubatch with other slots' full rows."""
+    n, sink, tail = 600, 4, 64
+    results, errors = {}, []
+
+    def send(key, prompt, **extra):
+        try:
+            results[key] = _complete(srv, prompt, **extra)
+        except Exception as err:  # collected and asserted below
+            errors.append((key, err))
+
+    with LlamaServer(smollm2_path, FILL + ["-b", "512", "-ub", "128"], ctx=4 * CTX, threads=2, n_parallel=4) as srv:
+        jobs = []
+        for i in range(3):
+            jobs.append(threading.Thread(target=send, args=(f"exact{i}", tokens[1000 + 300 * i:1000 + 300 * i + 500]),
+                                         kwargs=dict(ridgefill="exact", n_predict=24)))
+            jobs.append(threading.Thread(target=send, args=(f"fill{i}", tokens[n * i % 400:n * i % 400 + n])))
+        for j in jobs:
+            j.start()
+        for j in jobs:
+            j.join(timeout=600)
+    assert not errors, errors
+    for i in range(3):
+        t = results[f"fill{i}"]["timings"]
+        assert (t["ridgefill_filled_n"], t["ridgefill_full_n"]) == (n - sink - tail, sink + tail), (i, t)
+        assert "ridgefill_filled_n" not in results[f"exact{i}"]["timings"]
