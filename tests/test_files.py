@@ -20,6 +20,9 @@ def test_complete_write_renames_and_leaves_no_part(tmp_path):
     out = tmp_path / "a.bin"
     atomic_write_from(out, lambda f: f.write(b"data"))
     assert out.read_bytes() == b"data" and not _parts(out)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~mask
 
 
 def test_failed_write_keeps_the_old_output_and_removes_the_part(tmp_path):

@@ -62,13 +62,15 @@ def test_malformed_json_is_a_400(smollm2_path, body):
         assert srv.alive()
 
 
-def test_server_refuses_to_start_on_a_nan_map(smollm2_path, tmp_path):
+@pytest.fixture(scope="module")
+def refused_files(smollm2_path, tmp_path_factory):
+    """{what the load error names: GGUF}: a NaN in one map, and a sink count that would wrap an int32."""
     import numpy as np
 
-    from ridgefill import pack
     from ridgefill.gguf_io import copy_gguf, open_gguf
 
-    good = overflow_maps(smollm2_path, tmp_path / "ovf.gguf")
+    d = tmp_path_factory.mktemp("refused")
+    good = overflow_maps(smollm2_path, d / "ovf.gguf")
     name = "blk.22.ridge_map.weight"
 
     def poison(tname, raw):
@@ -78,12 +80,27 @@ def test_server_refuses_to_start_on_a_nan_map(smollm2_path, tmp_path):
         out.reshape(-1)[11] = np.nan
         return out
 
-    bad = copy_gguf(open_gguf(good), tmp_path / "nan.gguf", tensor_data=poison)
-    assert not pack.inspect(bad)["loads"]
-    log = tmp_path / "srv.log"
-    with pytest.raises(ServerError, match="exited"):
-        LlamaServer(bad, ["--ridgefill", "ridge"], ctx=CTX, threads=2, log=log).start()
-    assert f"{name}: non-finite value" in log.read_text()
+    nan = copy_gguf(open_gguf(good), d / "nan.gguf", tensor_data=poison)
+    wrap = copy_gguf(open_gguf(good), d / "wrap.gguf", drop_keys=lambda k: k == "ridgefill.sink_rows",
+                     add_keys=lambda w: w.add_uint32("ridgefill.sink_rows", 2**32 - 1))
+    return {f"{name}: non-finite value": nan, "ridgefill.sink_rows = 4294967295 is out of range": wrap}
+
+
+def test_server_and_bench_refuse_the_files_the_bindings_refuse(refused_files, tmp_path):
+    import subprocess
+
+    from conftest import tool
+    from ridgefill import pack
+
+    for message, path in refused_files.items():
+        assert not pack.inspect(path)["loads"]
+        log = tmp_path / "srv.log"
+        with pytest.raises(ServerError, match="exited"):
+            LlamaServer(path, ["--ridgefill", "ridge"], ctx=CTX, threads=2, log=log).start()
+        assert message in log.read_text()
+        proc = subprocess.run([str(tool("llama-bench")), "-m", str(path), "-p", "64", "-n", "0", "-r", "1",
+                               "--ridgefill", "ridge"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode > 0 and message in proc.stdout + proc.stderr
 
 
 def test_exact_request_after_a_poisoned_fill_equals_stock(smollm2_path, tokens, tmp_path):

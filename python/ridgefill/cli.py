@@ -196,6 +196,28 @@ def _cmd_bench_ttft(args) -> int:
     return 0
 
 
+def _cmd_bench_soak(args) -> int:
+    from pathlib import Path
+
+    from . import soak
+    from .runtime import Model
+
+    base = Path(args.base or models.fetch_model(models.DEFAULT_MODEL))
+    import argparse as text_source  # a long, fixed text on every machine: the stdlib's argparse source
+
+    tokens = Model(base).tokenize(Path(text_source.__file__).read_text())
+    result = soak.soak(Path(args.model), base, args.mode, tokens, args.requests, args.threads, args.max_seconds,
+                       args.seed, args.split)
+    table = soak.render(result)
+    print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    passes = result["passes"]
+    bad = any(r["errors"] or not r["server_alive"] for r in passes) or not result["leak_check"]["exact_after_fill_equals_stock"]
+    bad |= any(r["filled_share_min"] is not None and r["filled_share_min"] < 1.0 for r in passes)
+    return 1 if bad else 0
+
+
 def _cmd_bench_report(args) -> int:
     from pathlib import Path
 
@@ -274,6 +296,19 @@ def build_parser() -> argparse.ArgumentParser:
     ins.set_defaults(func=_cmd_inspect)
 
     bp = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_cmd", required=True)
+    bs = bp.add_parser("soak", help="a 4-slot llama-server under mixed exact/fill requests, against stock (exit 1 on "
+                                    "an error, a crash, a partial fill or a leak)")
+    bs.add_argument("--model", required=True, help="augmented GGUF (ridge maps), or a base GGUF with --mode identity")
+    bs.add_argument("--base", help="base GGUF for the stock passes (default: the default model)")
+    bs.add_argument("--mode", choices=("ridge", "identity"), default="ridge")
+    bs.add_argument("--split", type=int, help="split layer (identity; ridge takes the maps')")
+    bs.add_argument("--requests", type=int, default=200)
+    bs.add_argument("--threads", type=int, default=2)
+    bs.add_argument("--max-seconds", type=float, default=1800, help="bound on each pass")
+    bs.add_argument("--seed", type=int, default=0)
+    bs.add_argument("--json", help="write the result here")
+    bs.set_defaults(func=_cmd_bench_soak)
+
     bt = bp.add_parser("ttft", help="TTFT exact vs fill through the patched llama-bench and llama-server, interleaved")
     bt.add_argument("--model", required=True, help="augmented GGUF (ridge), or any GGUF with --modes exact identity")
     bt.add_argument("--lengths", type=int, nargs="+", default=[4096])

@@ -62,7 +62,6 @@ def pip_download(spec: str, dest: Path, *, sdist: bool = False) -> Path:
     return final
 
 
-
 def require_verified(path: Path, sha256: str, what: str) -> Path:
     if not path.is_file():
         raise FetchError(f"{what}: {path} is missing")

@@ -25,6 +25,7 @@ def atomic_output(out: str | os.PathLike) -> Iterator[Path]:
     remove_stale_parts(out)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.{os.getpid()}.", suffix=".part")
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; the output gets the usual mode
     try:
         with _sigterm_raises():
             yield Path(tmp)
@@ -51,6 +52,12 @@ def remove_stale_parts(out: str | os.PathLike) -> list[Path]:
         part.unlink(missing_ok=True)
         removed.append(part)
     return removed
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _alive(pid: int) -> bool:

@@ -1,0 +1,271 @@
+"""`ridgefill bench soak`: a 4-slot llama-server under a seeded mix of exact and fill requests.
+
+One request list (seeded) is replayed, twice on each server, against servers that differ only
+in RidgeFill:
+- `stock`: the base GGUF with no --ridgefill flag (the fork's exact path); its answers are
+  the reference, pass for pass (the second pass meets a warm prompt cache);
+- `stock'`: a second, fresh stock server, one pass: its disagreement with `stock` is
+  llama.cpp's own batch-dependence (it is not batch-invariant), the noise floor;
+- `fork`: the augmented GGUF with --ridgefill MODE; fill requests ask for MODE, exact
+  requests for "exact"; pass k is compared with stock's pass k.
+Requests share prefixes (cache_prompt on), half stream, and some are cancelled mid-prompt
+(the client closes its connection). Per pass: errors, whether the server died, the filled
+share of every fill request (filled rows / rows in its fill range that it processed), for
+every exact request whether an exact prompt explains the prefix it reused, exact
+answers that differ from stock's, server RSS before and after, prompt time per token.
+Then a direct leak check on a 1-slot server: fill, then exact on the same slot, against stock.
+Loopback only; every pass is bounded by --max-seconds.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .server import LlamaServer
+
+N_SLOTS = 4
+SLOT_CTX = 1024
+SINKS, TAIL = 4, 64
+
+
+@dataclass(frozen=True)
+class Request:
+    i: int
+    fill: bool        # asks for the server's fill mode (stock servers: a plain request)
+    stream: bool
+    cancel: bool      # the client hangs up while the prompt is processed
+    prompt: tuple[int, ...]
+    n_predict: int = 4
+
+
+@dataclass
+class Outcome:
+    req: Request
+    status: str                      # ok, error, cancelled
+    content: str = ""
+    timings: dict = field(default_factory=dict)
+    error: str = ""
+
+
+def make_requests(tokens: np.ndarray, n: int, seed: int = 0) -> list[Request]:
+    """`n` requests: prompts = one of 6 shared 128-token prefixes + a 100-350-token suffix."""
+    rng = np.random.default_rng(seed)
+    prefixes = [tokens[k * 128:(k + 1) * 128] for k in range(6)]
+    out = []
+    for i in range(n):
+        start = int(rng.integers(1000, len(tokens) - 700))
+        suffix = tokens[start:start + int(rng.integers(100, 350))]
+        prompt = tuple(int(t) for t in np.concatenate([prefixes[int(rng.integers(0, 6))], suffix]))
+        out.append(Request(i, fill=bool(rng.random() < 0.5), stream=bool(rng.random() < 0.5),
+                           cancel=bool(rng.random() < 0.05), prompt=prompt))
+    return out
+
+
+def _body(req: Request, fill_mode: str | None) -> dict:
+    body = {"prompt": list(req.prompt), "n_predict": req.n_predict, "temperature": 0.0, "cache_prompt": True,
+            "stream": req.stream}
+    if fill_mode is not None:
+        body["ridgefill"] = fill_mode if req.fill else "exact"
+    return body
+
+
+def send(srv: LlamaServer, req: Request, fill_mode: str | None, timeout: float = 300.0) -> Outcome:
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=timeout)
+    try:
+        conn.request("POST", "/completion", json.dumps(_body(req, fill_mode)), {"Content-Type": "application/json"})
+        if req.cancel:
+            time.sleep(0.05)
+            conn.close()  # before the prompt is through: the server cancels the task
+            return Outcome(req, "cancelled")
+        resp = conn.getresponse()
+        raw = resp.read().decode("utf-8", "replace")
+        if resp.status != 200:
+            return Outcome(req, "error", error=f"HTTP {resp.status}: {raw[:300]}")
+        if not req.stream:
+            data = json.loads(raw)
+            return Outcome(req, "ok", data.get("content", ""), data.get("timings", {}))
+        content, timings = "", {}
+        for line in raw.splitlines():
+            if line.startswith("data: ") and line[6:].strip() != "[DONE]":
+                chunk = json.loads(line[6:])
+                content += chunk.get("content", "")
+                timings = chunk.get("timings", timings)
+        return Outcome(req, "ok", content, timings)
+    except (OSError, http.client.HTTPException, json.JSONDecodeError) as err:
+        return Outcome(req, "error", error=repr(err))
+    finally:
+        conn.close()
+
+
+def rss_mb(srv: LlamaServer) -> float:
+    for line in Path(f"/proc/{srv.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def run_pass(srv: LlamaServer, reqs: list[Request], fill_mode: str | None, max_seconds: float) -> dict:
+    """Send `reqs` through N_SLOTS client threads; stop sending after max_seconds."""
+    deadline = time.monotonic() + max_seconds
+    rss0 = rss_mb(srv)
+    lock, outcomes = threading.Lock(), []
+
+    def one(req):
+        if time.monotonic() > deadline or not srv.alive():
+            return
+        o = send(srv, req, fill_mode)
+        with lock:
+            outcomes.append(o)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(N_SLOTS) as pool:
+        list(pool.map(one, reqs))
+    alive = srv.alive()
+    time.sleep(1.0)  # let cancelled tasks wind down before reading RSS
+    return {"outcomes": sorted(outcomes, key=lambda o: o.req.i), "seconds": time.monotonic() - t0,
+            "alive": alive, "rss_mb": (rss0, rss_mb(srv) if alive else float("nan"))}
+
+
+def filled_share(o: Outcome) -> float | None:
+    """Filled rows / rows of the fill range [sinks, n - tail) that this request processed (not reused)."""
+    n, cached = len(o.req.prompt), int(o.timings.get("cache_n", 0))
+    eligible = max(0, (n - TAIL) - max(SINKS, cached))
+    if eligible == 0:
+        return None
+    return int(o.timings.get("ridgefill_filled_n", 0)) / eligible
+
+
+def exact_kv_only(o: Outcome, earlier_exact: list[tuple[int, ...]]) -> bool:
+    """An exact request ran no filled row, and an exact request's prompt explains the prefix it reused.
+
+    Necessary, not sufficient (a filled slot may share the prefix too); the answers compared with
+    stock's and the leak check are the rest of the evidence."""
+    if int(o.timings.get("ridgefill_filled_n", 0)) != 0:
+        return False
+    cached = int(o.timings.get("cache_n", 0))
+    return cached == 0 or any(_common_prefix(o.req.prompt, p) >= cached for p in earlier_exact)
+
+
+def _common_prefix(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def summarize(name: str, res: dict, fill_mode: str | None, reference: dict[int, str] | None,
+              prior_exact: list = ()) -> dict:
+    """One pass's row. Fill columns only where the server fills (fill_mode); `reference`: answers
+    to compare exact requests with; `prior_exact`: exact prompts sent to this server in earlier passes."""
+    outs = res["outcomes"]
+    ok = [o for o in outs if o.status == "ok"]
+    fills = [o for o in ok if o.req.fill]
+    exacts = [o for o in ok if not o.req.fill]
+    row = {
+        "pass": name,
+        "requests": len(outs),
+        "errors": sum(o.status == "error" for o in outs),
+        "cancelled": sum(o.status == "cancelled" for o in outs),
+        "server_alive": res["alive"],
+        "seconds": round(res["seconds"], 1),
+        "rss_mb_before": round(res["rss_mb"][0], 1),
+        "rss_mb_after": round(res["rss_mb"][1], 1),
+        "exact_requests": len(exacts),
+        "ms_per_token_exact": _ms_per_token(exacts),
+        "error_samples": [o.error for o in outs if o.status == "error"][:3],
+    }
+    if fill_mode is not None:
+        shares = [s for s in (filled_share(o) for o in fills) if s is not None]
+        exact_prompts = [o.req.prompt for o in outs if not o.req.fill] + list(prior_exact)
+        row.update({
+            "fill_requests": len(fills),
+            "filled_share_min": min(shares) if shares else None,
+            "filled_share_mean": statistics.fmean(shares) if shares else None,
+            "exact_kv_only": sum(exact_kv_only(o, [p for p in exact_prompts if p is not o.req.prompt]) for o in exacts),
+            "ms_per_token_fill": _ms_per_token(fills),
+        })
+    if reference is not None:
+        compared = [o for o in exacts if o.req.i in reference]
+        row["exact_compared"] = len(compared)
+        row["exact_mismatch"] = sum(o.content != reference[o.req.i] for o in compared)
+    return row
+
+
+def _ms_per_token(outs: list[Outcome]) -> float | None:
+    """Median server prompt time per processed token, over requests that processed >= 100 tokens."""
+    v = [o.timings["prompt_ms"] / o.timings["prompt_n"] for o in outs if o.timings.get("prompt_n", 0) >= 100]
+    return statistics.median(v) if v else None
+
+
+def leak_check(base: Path, model: Path, mode: str, tokens: np.ndarray, threads: int, split: int | None = None) -> dict:
+    """One slot: a fill request, then an exact one on the same slot; the exact answer against stock's."""
+    args = ["-fa", "off", "-b", "256", "-ub", "64"]
+    fill_prompt, exact_prompt = tokens[:700].tolist(), tokens[2000:2400].tolist()
+    body = {"n_predict": 8, "n_probs": 3, "temperature": 0.0, "cache_prompt": True}
+    with LlamaServer(base, args, ctx=SLOT_CTX, threads=threads) as srv:
+        stock = srv.post("/completion", {"prompt": exact_prompt, **body})
+    fill = ["--ridgefill", mode, "--ridgefill-tail", str(TAIL)] + ([] if split is None else ["--ridgefill-split", str(split)])
+    with LlamaServer(model, args + fill, ctx=SLOT_CTX, threads=threads) as srv:
+        filled = srv.post("/completion", {"prompt": fill_prompt, **body})
+        after = srv.post("/completion", {"prompt": exact_prompt, "ridgefill": "exact", **body})
+    same = (after["content"] == stock["content"]
+            and after["completion_probabilities"] == stock["completion_probabilities"])
+    return {"filled_rows": filled["timings"].get("ridgefill_filled_n", 0), "exact_after_fill_equals_stock": same}
+
+
+def soak(model: Path, base: Path, mode: str, tokens: np.ndarray, n_requests: int, threads: int,
+         max_seconds: float, seed: int = 0, split: int | None = None) -> dict:
+    reqs = make_requests(tokens, n_requests, seed)
+    flags = ["-fa", "on", "-b", "512", "-ub", "128"]
+    fill_flags = ["--ridgefill", mode, "--ridgefill-sink", str(SINKS), "--ridgefill-tail", str(TAIL)]
+    fill_flags += [] if split is None else ["--ridgefill-split", str(split)]
+    stock_ctx = dict(ctx=N_SLOTS * SLOT_CTX, threads=threads, n_parallel=N_SLOTS)
+    rows, ref = [], []
+    with LlamaServer(base, flags, **stock_ctx) as srv:
+        for k in (1, 2):
+            res = run_pass(srv, reqs, None, max_seconds)
+            ref.append({o.req.i: o.content for o in res["outcomes"] if o.status == "ok" and not o.req.fill})
+            rows.append(summarize(f"stock {k}", res, None, None))
+    with LlamaServer(base, flags, **stock_ctx) as srv:  # a second stock server: llama.cpp's own run-to-run noise
+        rows.append(summarize("stock' 1 (vs stock 1)", run_pass(srv, reqs, None, max_seconds), None, ref[0]))
+    with LlamaServer(model, flags + fill_flags, **stock_ctx) as srv:
+        prior: list = []
+        for k in (1, 2):
+            res = run_pass(srv, reqs, mode, max_seconds)
+            rows.append(summarize(f"fork {k} ({mode}, vs stock {k})", res, mode, ref[k - 1], prior))
+            prior += [o.req.prompt for o in res["outcomes"] if not o.req.fill]
+    return {"model": str(model), "base": str(base), "mode": mode, "split": split, "requests": n_requests, "seed": seed,
+            "slots": N_SLOTS, "slot_ctx": SLOT_CTX, "sinks": SINKS, "tail": TAIL, "passes": rows,
+            "leak_check": leak_check(base, model, mode, tokens, threads, split)}
+
+
+def render(result: dict) -> str:
+    cols = ["pass", "requests", "errors", "cancelled", "server_alive", "fill_requests", "filled_share_min",
+            "exact_requests", "exact_kv_only", "exact_compared", "exact_mismatch", "rss_mb_before", "rss_mb_after",
+            "ms_per_token_exact", "ms_per_token_fill", "seconds"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in result["passes"]:
+        lines.append("| " + " | ".join(_cell(row.get(c)) for c in cols) + " |")
+    lc = result["leak_check"]
+    lines += ["", f"leak check (1 slot, FA off): fill request filled {lc['filled_rows']} rows; "
+                  f"exact request after it equals stock: {lc['exact_after_fill_equals_stock']}"]
+    return "\n".join(lines)
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
