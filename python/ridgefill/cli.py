@@ -212,6 +212,8 @@ def _cmd_bench_soak(args) -> int:
     print(table)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
+    if args.md:
+        Path(args.md).write_text(soak.report(result, " ".join(["bench/soak", *sys.argv[3:]])))
     passes = result["passes"]
     bad = any(r["errors"] or not r["server_alive"] for r in passes) or not result["leak_check"]["exact_after_fill_equals_stock"]
     bad |= any(r["filled_share_min"] is not None and r["filled_share_min"] < 1.0 for r in passes)
@@ -307,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--max-seconds", type=float, default=1800, help="bound on each pass")
     bs.add_argument("--seed", type=int, default=0)
     bs.add_argument("--json", help="write the result here")
+    bs.add_argument("--md", help="write a markdown report (table, command, what each column means) here")
     bs.set_defaults(func=_cmd_bench_soak)
 
     bt = bp.add_parser("ttft", help="TTFT exact vs fill through the patched llama-bench and llama-server, interleaved")

@@ -269,3 +269,30 @@ def _cell(v) -> str:
     if isinstance(v, float):
         return f"{v:.3f}"
     return str(v)
+
+
+def report(result: dict, command: str) -> str:
+    """The markdown report: what ran, the table, and how to read it."""
+    lines = [
+        "# Soak: a 4-slot llama-server under mixed exact and fill requests",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Model `{Path(result['model']).name}` ({result['mode']} fill, sinks {result['sinks']}, tail {result['tail']}), "
+        f"stock = `{Path(result['base']).name}` with no `--ridgefill` flag. {result['requests']} requests per pass "
+        f"(seed {result['seed']}), {result['slots']} slots of {result['slot_ctx']} tokens, `-fa on -b 512 -ub 128`, "
+        "no `-kvu` (one KV stream per slot).",
+        "",
+        render(result),
+        "",
+        "How to read it:",
+        "- `filled_share_min`: the smallest share, over fill requests, of the rows in their fill range that they",
+        "  processed (not reused from the prompt cache) and that ran the fill graph; 1.000 = every row.",
+        "- `exact_kv_only`: exact requests that filled no row and whose reused prefix an exact prompt explains.",
+        "- `exact_mismatch`: exact answers (greedy, 4 tokens) that differ from stock's answer to the same request in",
+        "  the same pass; `stock'` is a second stock server: its mismatches are llama.cpp's own dependence on how",
+        "  requests were batched together (it is not batch-invariant), the floor for the fork's.",
+        "- `ms_per_token_*`: median server prompt time per processed token, requests with >= 100 new tokens.",
+        "- RSS of the server process before and after each pass; the fork's second pass replays the first.",
+    ]
+    return "\n".join(lines) + "\n"
