@@ -216,7 +216,7 @@ def _cmd_bench_soak(args) -> int:
         Path(args.md).write_text(soak.report(result, " ".join(["bench/soak", *sys.argv[3:]])))
     passes = result["passes"]
     bad = any(r["errors"] or not r["server_alive"] for r in passes) or not result["leak_check"]["exact_after_fill_equals_stock"]
-    bad |= any(r["filled_share_min"] is not None and r["filled_share_min"] < 1.0 for r in passes)
+    bad |= any(r.get("filled_share_min") is not None and r["filled_share_min"] < 1.0 for r in passes)
     return 1 if bad else 0
 
 
