@@ -53,10 +53,11 @@ def test_stale_parts_of_dead_writers_are_removed_live_ones_kept(tmp_path):
 
 
 WRITER = r"""
-import sys, time
+import signal, sys, time
 from ridgefill.cli import _exit_on_sigterm
 from ridgefill.files import atomic_output
 _exit_on_sigterm()
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a terminal, even if started in the background
 with atomic_output(sys.argv[1]) as tmp:
     tmp.write_bytes(b"partial")
     print("writing", flush=True)
