@@ -18,10 +18,7 @@ import numpy as np
 
 from .fetch import sha256_file
 from .gguf_io import field, open_gguf
-
-FORMAT_VERSION = 1
-MAP_WEIGHT = "blk.{}.ridge_map.weight"
-MAP_BIAS = "blk.{}.ridge_map.bias"
+from .pack import FORMAT_VERSION, MAP_BIAS, MAP_WEIGHT
 # the loader's supported set (llama_rf_map_type_supported); each is tested through the fill path
 MAP_WEIGHT_TYPES = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
 LOADER = ("format_version", "split_layer", "sink_rows", "tail_rows", "maps")
