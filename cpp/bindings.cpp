@@ -79,10 +79,11 @@ ggml_type parse_cache_type(const std::string & name) {
 }
 
 llama_rf_mode parse_rf_mode(const std::string & v) {
-    if (v == "exact")    return LLAMA_RF_MODE_EXACT;
-    if (v == "identity") return LLAMA_RF_MODE_IDENTITY;
-    if (v == "ridge")    return LLAMA_RF_MODE_RIDGE;
-    throw py::value_error("fill mode must be 'exact', 'identity' or 'ridge', not '" + v + "'");
+    llama_rf_mode mode;
+    if (!llama_rf_mode_from_name(v.c_str(), &mode)) {
+        throw py::value_error("fill mode must be 'exact', 'identity' or 'ridge', not '" + v + "'");
+    }
+    return mode;
 }
 
 llama_rf_part parse_rf_part(const std::string & v) {
@@ -409,13 +410,7 @@ class Context {
         }
     }
 
-    std::string fill_mode() const {
-        switch (llama_rf_get_mode(ctx_)) {
-            case LLAMA_RF_MODE_IDENTITY: return "identity";
-            case LLAMA_RF_MODE_RIDGE:    return "ridge";
-            default:                     return "exact";
-        }
-    }
+    std::string fill_mode() const { return llama_rf_mode_name(llama_rf_get_mode(ctx_)); }
 
     int32_t fill_split() const { return llama_rf_get_split(ctx_); }
 
