@@ -7,10 +7,11 @@
 #   bench/gpu.sh --dry-run   here: the same pipeline on CPU (tiny shapes, short prompts, CMake configure only)
 #
 # Env: RF_CUDA_ARCH (90 = H100/H200, the default; 80 = A100), RF_OUT (results folder; default $OUT or
-# bench/out), RF_LENGTHS, RF_SHAPES, RF_RUNS, RF_DEADLINE_S (start no new length after it; default 420).
+# bench/out), RF_LENGTHS, RF_SHAPES, RF_RUNS, RF_DEADLINE_S (start no new length after it; default 420),
+# RF_CARRY (the carry folder; default build/gpu-carry).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-carry="$repo/build/gpu-carry"
+carry="${RF_CARRY:-$repo/build/gpu-carry}"
 arch="${RF_CUDA_ARCH:-90}"
 out="${RF_OUT:-${OUT:-$repo/bench/out}}"
 work="${RF_WORK:-/tmp/rf-gpu}"

@@ -8,6 +8,31 @@ from ridgefill import models
 from ridgefill.server import ServerError, tool_path
 
 
+_guard = pytest.MonkeyPatch()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """`make test-fast` (-m "not slow") loads no model and starts no process: enforced for every test
+    not marked slow, fixtures included (so a session fixture cannot load a model on its behalf)."""
+    if item.get_closest_marker("slow"):
+        return
+    import subprocess
+
+    from ridgefill import _core
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{item.nodeid} loads a model or starts a process: mark it slow")
+
+    _guard.setattr(subprocess.Popen, "_execute_child", refuse)
+    _guard.setattr(_core, "Model", refuse)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    _guard.undo()
+
+
 def tool(name: str) -> Path:
     """A fork binary installed into the venv by the build."""
     try:
@@ -56,3 +81,51 @@ def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str 
     b = (0.1 * rng.normal(size=(len(layers), d))).astype(np.float32)
     maps = Maps(split, layers, w, b, [LayerFit(l, 0, 0, 0, 0, 0, 0) for l in layers])
     return Model(pack.pack(base, maps, ident, Provenance(), out, map_type=map_type)), maps
+
+
+class SharedModels:
+    """Test models built once per session: a base (SmolLM2, a registry model or a synthetic shape), its
+    pass-through from `split` on (layers >= split zeroed, so h_l = h_s) with identity maps, or random maps."""
+
+    def __init__(self, root: Path, smollm2_path: Path):
+        self.root, self.smollm2_path, self._built = root, smollm2_path, {}
+
+    def _once(self, key, make):
+        if key not in self._built:
+            self._built[key] = make()
+        return self._built[key]
+
+    def base(self, shape: str) -> Path:
+        from ridgefill import synth
+
+        if shape == "smollm2":
+            return self.smollm2_path
+        if shape in models.REGISTRY:
+            return models.fetch_model(shape)
+        return self._once(("base", shape), lambda: synth.random_model(
+            shape, self.root / f"{shape}.gguf", self.smollm2_path, seed=1, weight_type="f16", n_ctx=4096))
+
+    def passthrough_path(self, shape: str, split: int) -> Path:
+        """The pass-through GGUF without maps (identity fill needs none)."""
+        from ridgefill import synth
+
+        return self._once(("pt", shape, split), lambda: synth.passthrough(
+            self.base(shape), split, self.root / f"{shape}-pt{split}.gguf"))
+
+    def passthrough(self, shape: str, split: int):
+        """Model: the pass-through with identity maps, so ridge fill runs the fill path too."""
+        from ridgefill import synth
+        from ridgefill.runtime import Model
+
+        return self._once(("pt-maps", shape, split), lambda: Model(synth.identity_maps(
+            self.passthrough_path(shape, split), split, self.root / f"{shape}-pt{split}-maps.gguf")))
+
+    def random_maps(self, shape: str, split: int, seed: int = 0):
+        """(Model, Maps): the base with random, non-symmetric F32 maps."""
+        return self._once(("rand", shape, split, seed), lambda: random_maps_model(
+            self.base(shape), split, self.root / f"{shape}-rand{split}-{seed}.gguf", seed=seed))
+
+
+@pytest.fixture(scope="session")
+def shared_models(tmp_path_factory, smollm2_path) -> SharedModels:
+    return SharedModels(tmp_path_factory.mktemp("models"), smollm2_path)

@@ -2,13 +2,13 @@
 
 import json
 
-from ridgefill import bench, costmodel
+from ridgefill import bench, costmodel, ttft_report
 
 
 def _summary(exact, ridge):
     shape = costmodel.Shape(n_layer=30, d=576, d_q=576, d_kv=192, d_ff=1536)
-    result = bench.LengthResult(4096, {"exact": exact, "ridge": ridge})
-    return bench.summarize("no-such.gguf", [result], shape, 15, 4, 1024, 2, ("exact", "ridge"))
+    result = ttft_report.LengthResult(4096, {"exact": exact, "ridge": ridge})
+    return ttft_report.summarize("no-such.gguf", [result], shape, 15, 4, 1024, 2, ("exact", "ridge"))
 
 
 def test_the_paired_range_pairs_runs_of_the_same_round():
@@ -18,9 +18,9 @@ def test_the_paired_range_pairs_runs_of_the_same_round():
 
 
 def test_markdown_shows_the_range_only_when_there_are_several_runs():
-    many = bench.markdown(_summary([100.0, 120.0, 90.0], [80.0, 60.0, 75.0]))
+    many = ttft_report.markdown(_summary([100.0, 120.0, 90.0], [80.0, 60.0, 75.0]))
     assert "1.33x (1.20-2.00) /" in many
-    one = bench.markdown(_summary([100.0], [80.0]))
+    one = ttft_report.markdown(_summary([100.0], [80.0]))
     assert "1.25x /" in one and "(" not in one.splitlines()[-1]
 
 
@@ -44,6 +44,38 @@ def test_runs_of_one_setting_at_different_lengths_merge_into_one_series():
     b = _summary([300.0], [200.0])
     b["results"][0]["n_tokens"] = 2048
     other_tail = {**_summary([100.0], [50.0]), "tail": 512}
-    merged = bench.merge_summaries([a, b, other_tail])
+    merged = ttft_report.merge_summaries([a, b, other_tail])
     assert [r["n_tokens"] for r in merged[0]["results"]] == [2048, 4096]
     assert merged[1]["tail"] == 512 and len(merged) == 2
+
+
+def _gguf_with(path, **fields):
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    for key, value in fields.items():
+        w.add_uint32(f"ridgefill.{key}", value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_stored_zero_sinks_and_tail_are_values_not_missing(tmp_path):
+    model = _gguf_with(tmp_path / "m.gguf", split_layer=12, sink_rows=0, tail_rows=0)
+    assert bench._resolve(model, ("exact", "ridge"), None, None, None) == (12, 0, 0)
+    assert bench._resolve(model, ("exact", "ridge"), 10, 3, 5) == (10, 3, 5)
+    bare = _gguf_with(tmp_path / "bare.gguf")
+    assert bench._resolve(bare, ("exact", "identity"), 12, None, None) == (12, 4, 1024)
+
+
+def test_a_length_that_fills_nothing_is_said_loudly():
+    said = []
+    bench._warn_unfilled([1024, 4096], ("exact", "ridge"), 4, 1024, said.append)
+    assert len(said) == 1 and said[0].startswith("WARNING: a 1024-token prompt") and "fills nothing" in said[0]
+    shape = costmodel.Shape(n_layer=30, d=576, d_q=576, d_kv=192, d_ff=1536)
+    rows = [ttft_report.LengthResult(n, {"exact": [100.0], "ridge": [90.0]}) for n in (1024, 4096)]
+    md = ttft_report.markdown(ttft_report.summarize("m.gguf", rows, shape, 15, 4, 1024, 2, ("exact", "ridge")))
+    line_1k, line_4k = md.splitlines()[-2:]
+    assert "fills nothing" in line_1k and "fills nothing" not in line_4k

@@ -9,16 +9,26 @@ def run(*args):
     return subprocess.run([sys.executable, "-m", "ridgefill", *args], capture_output=True, text=True, timeout=300)
 
 
-def test_model_list():
-    out = run("model", "list")
-    assert out.returncode == 0
-    assert "smollm2-135m (default)" in out.stdout and "gemma3-270m" in out.stdout
+def main(capsys, *args):
+    """The CLI in this process (no child process): (exit code, stdout, stderr)."""
+    from ridgefill import cli
+
+    code = cli.main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
-def test_model_fetch_prints_path(smollm2_path):
-    out = run("model", "fetch", "smollm2-135m", "--offline")
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == str(smollm2_path)
+def test_model_list(capsys):
+    code, out, _ = main(capsys, "model", "list")
+    assert code == 0
+    assert "smollm2-135m (default)" in out and "gemma3-270m" in out
+
+
+@pytest.mark.slow  # fetches the model on a fresh machine
+def test_model_fetch_prints_path(smollm2_path, capsys):
+    code, out, err = main(capsys, "model", "fetch", "smollm2-135m", "--offline")
+    assert code == 0, err
+    assert out.strip() == str(smollm2_path)
 
 
 @pytest.mark.slow
@@ -30,9 +40,9 @@ def test_info_json(smollm2_path):
     assert info["libllama"].endswith("+ridgefill")
 
 
-def test_info_on_bad_file_is_an_error_not_a_crash(tmp_path):
+def test_info_on_bad_file_is_an_error_not_a_crash(tmp_path, capsys):
     bad = tmp_path / "x.gguf"
     bad.write_text("hello")
-    out = run("info", str(bad))
-    assert out.returncode == 1
-    assert "not a GGUF" in out.stderr
+    code, _, err = main(capsys, "info", str(bad))
+    assert code == 1
+    assert "not a GGUF" in err

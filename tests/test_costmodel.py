@@ -64,3 +64,19 @@ def test_shape_from_gguf_matches_the_synthetic_shape(name, tmp_path, smollm2_pat
         assert (sh.ssm_heads, sh.ssm_state, sh.ssm_key_dim) == (src.ssm_dt_rank, src.ssm_d_state,
                                                                 src.ssm_d_state * src.ssm_n_group)
         assert [sh.is_attention(i) for i in range(sh.n_layer)] == [src.is_attention(i) for i in range(src.n_layer)]
+
+
+def test_sliding_window_layers_cost_their_window():
+    """gemma3: five of six layers attend to at most `window` positions; below the window nothing changes."""
+    glob = costmodel.Shape(n_layer=12, d=256, d_q=256, d_kv=128, d_ff=1024)
+    swa = costmodel.Shape(n_layer=12, d=256, d_q=256, d_kv=128, d_ff=1024, swa_window=512, swa_pattern=6)
+    assert [swa.window(il) for il in range(6)] == [512] * 5 + [None]
+    assert costmodel.prefill_cost(swa, 512) == costmodel.prefill_cost(glob, 512)
+    n = 4096
+    per_pos = 2 * 256 * 10  # 10 of 12 layers are windowed
+    capped = sum(p - min(p, 512) for p in range(n))  # positions the window drops
+    assert costmodel.prefill_cost(glob, n) - costmodel.prefill_cost(swa, n) == per_pos * capped
+    meta = {"general.architecture": "gemma3", "gemma3.embedding_length": 256, "gemma3.attention.head_count": 2,
+            "gemma3.attention.head_count_kv": 1, "gemma3.attention.key_length": 128, "gemma3.feed_forward_length": 1024,
+            "gemma3.block_count": 12, "gemma3.attention.sliding_window": 512}
+    assert costmodel.Shape.from_metadata(meta, "gemma3") == swa

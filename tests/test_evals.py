@@ -1,5 +1,6 @@
 """Measurement suite (ridgefill.evals): items, placement, bootstrap, resume, runs on SmolLM2."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,7 +12,8 @@ from ridgefill import corpus, synth
 from ridgefill.evals import items as items_io
 from ridgefill.evals import loss, needle, prefill, profiles, runner, stats
 from ridgefill.evals.session import DEFAULT_VARIANTS, EXACT, EXACT_CUT, Session, Variant
-from ridgefill.evals.store import ResultStore, key_of
+from ridgefill.evals.store import ResultStore, key_of, read_jsonl
+from ridgefill.pack import Defaults
 
 SPLIT = 18
 
@@ -113,8 +115,8 @@ def test_store_resumes_and_survives_a_torn_line(tmp_path):
 
 def test_profiles():
     q, f = profiles.get("quick"), profiles.get("full")
-    assert max(q.lengths) <= 2048 and q.sinks == 4 and q.tails == (256,) and q.tasks == ("needle", "loss")
-    assert f.lengths == (4096,) and f.sinks == 4 and f.tails == (1024,) and f.splits == (15, 17, 18, 20)
+    assert max(q.lengths) <= 2048 and q.sinks is None and q.tails == (256,) and q.tasks == ("needle", "loss")
+    assert f.lengths == (4096,) and f.sinks is None and f.tails is None and f.splits == (15, 17, 18, 20)
     assert f.needle_items > q.needle_items and f.loss_items > q.loss_items
     for name in q.needle_tasks + f.needle_tasks:
         needle.TaskSpec.parse(name)
@@ -133,6 +135,7 @@ def test_place_keeps_needles_in_range_and_order():
 
 # ---- items on the real tokenizer ------------------------------------------------------------
 
+@pytest.mark.slow  # loads the model (its tokenizer)
 @pytest.mark.parametrize("name", profiles.ALL_NEEDLES)
 def test_needles_lie_in_the_filled_region(smollm2, name):
     spec = needle.TaskSpec.parse(name)
@@ -153,6 +156,7 @@ def test_needles_lie_in_the_filled_region(smollm2, name):
         assert starts == sorted(starts) and starts[-1] - starts[0] > (n - t - k) // 2  # depths spread evenly
 
 
+@pytest.mark.slow  # loads the model (its tokenizer)
 def test_needle_answers_per_task(smollm2):
     got = {t: needle.generate(smollm2, needle.TaskSpec(t), 1024, 4, 256, 1, seed=0)[0] for t in needle.TASKS}
     assert len(got["single"].answers) == 1 and len(got["multikey"].answers) == 1
@@ -162,6 +166,7 @@ def test_needle_answers_per_task(smollm2):
     assert len(uuid_item.answers[0]) == 36 and uuid_item.answers[0].count("-") == 4
 
 
+@pytest.mark.slow  # loads the model (its tokenizer)
 def test_items_are_seeded_and_round_trip_json(smollm2, tmp_path):
     spec = needle.TaskSpec("multikey", "prose")
     a = needle.generate(smollm2, spec, 768, 4, 128, 2, seed=3)
@@ -185,11 +190,13 @@ def test_items_are_seeded_and_round_trip_json(smollm2, tmp_path):
         items_io.load_or_make(tmp_path / "n.json", "needle", {"seed": 4}, lambda: a)
 
 
+@pytest.mark.slow  # loads the model (its tokenizer)
 def test_needles_that_do_not_fit_are_refused(smollm2):
     with pytest.raises(ValueError, match="do not fit"):
         needle.generate(smollm2, needle.TaskSpec("multivalue"), 256, 4, 200, 1, seed=0)
 
 
+@pytest.mark.slow  # loads the model (its tokenizer)
 def test_loss_documents_are_held_out(smollm2):
     calib, _ = corpus.split_sotu()
     docs = loss.generate(smollm2, 1024, 3, seed=0)
@@ -207,6 +214,18 @@ def test_distant_mask_and_summary():
     s = loss.summary(full, m)
     assert s["loss_distant"] == pytest.approx((0.5 + 0.1 + 2.0) / 3) and s["n_distant"] == 3
     assert loss.summary(full, np.zeros(5, bool))["loss_distant"] is None
+
+
+def test_loss_is_summarized_per_document_and_per_token():
+    from ridgefill.evals import report
+
+    recs = [{"task": "loss", "group": "loss", "item": item, "cluster": item, "variant": v, "split": 15, "sinks": 4,
+             "tail": 64, "n_tokens": 256, "loss_all": x, "n_scored": n, "loss_distant": x, "n_distant": n}
+            for item, x, n in (("a", 1.0, 1), ("b", 3.0, 3)) for v in ("exact", "ridge")]
+    row = next(r for r in report.summarize(recs, n_boot=100) if r["metric"] == "loss_distant")
+    assert row["means"]["ridge"]["mean"] == 2.0  # documents alike
+    assert row["means"]["ridge"]["token_mean"] == (1.0 + 9.0) / 4 and row["means"]["ridge"]["tokens"] == 4
+    assert "tok 2.5 over 4" in report.markdown([row])
 
 
 # ---- runs on SmolLM2 (slow) ---------------------------------------------------------------
@@ -292,6 +311,39 @@ def test_run_structure_and_resume(session, tmp_path):
     wider = runner.run(session, plan.with_(splits=(SPLIT, 20)), tmp_path, progress=False, plots=False)
     assert wider.unavailable == ["ridge@20"]  # identity runs at any split, ridge only where maps are
     assert wider.n_run == 3 * 2  # identity at split 20, per item and tail
+
+
+@pytest.mark.slow
+def test_a_store_measured_with_other_maps_is_refused(session, smollm2_path, tmp_path):
+    """Refitted maps at the same split into the same --out: an error, not the old records resumed."""
+    from conftest import random_maps_model
+
+    plan = _plan(tasks=("needle",))
+    runner.run(session, plan, tmp_path / "out", progress=False, plots=False)
+    assert all(len(r["model_sha256"]) == 64 for r in read_jsonl(tmp_path / "out" / "results.jsonl"))
+    other, _ = random_maps_model(smollm2_path, SPLIT, tmp_path / "refit.gguf")
+    refit = Session([other.path], n_ctx=512 + 256, threads=1, n_batch=512, n_ubatch=256)
+    with pytest.raises(ValueError, match="measured with another GGUF"):
+        runner.run(refit, plan, tmp_path / "out", progress=False, plots=False)
+
+
+@pytest.mark.slow
+def test_two_models_at_one_split_are_refused(mapped, smollm2_path, tmp_path):
+    second = synth.identity_maps(smollm2_path, SPLIT, tmp_path / "again.gguf")
+    with pytest.raises(ValueError, match=f"2 models carry maps at split {SPLIT}"):
+        Session([mapped, second], n_ctx=512)
+
+
+@pytest.mark.slow
+def test_sinks_and_tail_come_from_the_gguf_unless_given(smollm2_path, tmp_path, capsys):
+    gguf = synth.identity_maps(smollm2_path, SPLIT, tmp_path / "m.gguf", defaults=Defaults(sink_rows=0, tail_rows=200))
+    s = Session([gguf], n_ctx=512, threads=1)
+    plan = runner.resolve_rows(dataclasses.replace(_plan(), sinks=None, tails=None), s)
+    assert (plan.sinks, plan.tails) == (0, (200,))
+    assert runner.resolve_rows(_plan(sinks=2), s).sinks == 2  # told otherwise
+    logged = []
+    runner.warn_unfilled(_plan(lengths=(200, 256), tails=(200,)), logged.append)
+    assert len(logged) == 1 and "200-token prompt" in logged[0] and "fills nothing" in logged[0]
 
 
 @pytest.mark.slow

@@ -3,9 +3,6 @@
 import numpy as np
 import pytest
 
-from conftest import random_maps_model
-from ridgefill import synth
-from ridgefill.runtime import Model
 
 pytestmark = pytest.mark.slow
 
@@ -25,17 +22,15 @@ def prompt(smollm2, sample_text):
 
 
 @pytest.fixture(scope="module")
-def passthrough_maps(smollm2_path, tmp_path_factory):
+def passthrough_maps(shared_models):
     """SmolLM2 with layers >= SPLIT zeroed (h_l = h_s) + identity ridge maps (F32)."""
-    d = tmp_path_factory.mktemp("synth")
-    pt = synth.passthrough(smollm2_path, SPLIT, d / "pt.gguf")
-    return Model(synth.identity_maps(pt, SPLIT, d / "pt-maps.gguf"))
+    return shared_models.passthrough("smollm2", SPLIT)
 
 
 @pytest.fixture(scope="module")
-def random_maps(smollm2_path, tmp_path_factory):
+def random_maps(shared_models):
     """Real SmolLM2 + random, non-symmetric F32 maps: the prediction is easy to recompute."""
-    return random_maps_model(smollm2_path, SPLIT, tmp_path_factory.mktemp("rand") / "rand.gguf", seed=0)
+    return shared_models.random_maps("smollm2", SPLIT, seed=0)
 
 
 def _last_logits(model, toks, mode, split=None, sinks=SINKS, tail=TAIL, **ctx_kw):

@@ -9,7 +9,7 @@ rows at s = L (every layer exact, logits skipped), so both runs see the same uba
 import numpy as np
 import pytest
 
-from ridgefill import models, synth
+from ridgefill import synth
 from ridgefill.runtime import Model
 
 pytestmark = pytest.mark.slow
@@ -20,21 +20,6 @@ N, SINKS, TAIL = 320, 64, 64  # fill rows [64, 256): on ubatch (64) boundaries
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("tiny")
-
-
-_BUILT: dict = {}
-
-
-def _passthrough(shape, split, tiny_dir, smollm2_path):
-    if (shape, split) not in _BUILT:
-        _BUILT[shape, split] = _build_passthrough(shape, split, tiny_dir, smollm2_path)
-    return _BUILT[shape, split]
-
-
-def _build_passthrough(shape, split, tiny_dir, smollm2_path):
-    base = synth.random_model(shape, tiny_dir / f"{shape}.gguf", smollm2_path, seed=1, weight_type="f16", n_ctx=4096)
-    pt = synth.passthrough(base, split, tiny_dir / f"{shape}-pt.gguf")
-    return Model(synth.identity_maps(pt, split, tiny_dir / f"{shape}-pt-maps.gguf"))
 
 
 def _run(model, toks, mode, split, n_tokens=N, flash_attn="on", **kw):
@@ -67,9 +52,9 @@ def text_tokens(smollm2, sample_text):
 
 @pytest.mark.parametrize("shape", ["tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe"])
 @pytest.mark.parametrize("flash_attn", ["on", "off"])
-def test_qwen_passthrough_fill_is_exact(shape, flash_attn, tiny_dir, smollm2_path, text_tokens):
+def test_qwen_passthrough_fill_is_exact(shape, flash_attn, text_tokens, shared_models):
     split = 4
-    model = _passthrough(shape, split, tiny_dir, smollm2_path)
+    model = shared_models.passthrough(shape, split)
     assert model.arch == synth.SHAPES[shape].arch
     _check_same(model, text_tokens, split, [split, split + 1, model.n_layer - 1], flash_attn=flash_attn)
     _check_same(model, text_tokens, split, [model.n_layer - 1], mode="ridge", flash_attn=flash_attn)
@@ -87,12 +72,9 @@ def test_qwen3_fill_differs_without_passthrough(tiny_dir, smollm2_path, text_tok
 
 
 @pytest.fixture(scope="module")
-def gemma3_passthrough(tmp_path_factory):
-    base = models.fetch_model("gemma3-270m")
-    d = tmp_path_factory.mktemp("gemma3")
+def gemma3_passthrough(shared_models):
     split = 12
-    pt = synth.passthrough(base, split, d / "pt.gguf")
-    return Model(synth.identity_maps(pt, split, d / "pt-maps.gguf")), split
+    return shared_models.passthrough("gemma3-270m", split), split
 
 
 @pytest.mark.parametrize("flash_attn", ["on", "off"])

@@ -12,7 +12,6 @@ W h_s + b for the recurrent states written by a ridge fill with random maps.
 import numpy as np
 import pytest
 
-from conftest import random_maps_model
 from ridgefill import synth
 from ridgefill.gguf_io import open_gguf, tensor_array
 from ridgefill.runtime import Model
@@ -33,20 +32,6 @@ def toks(smollm2, sample_text):
     return smollm2.tokenize(sample_text)
 
 
-_BUILT: dict = {}
-
-
-def _model(kind, shape, split, tiny_dir, smollm2_path):
-    """kind 'pt': pass-through from `split` + identity maps; 'rand': random maps, (Model, Maps)."""
-    if (kind, shape, split) not in _BUILT:
-        base = synth.random_model(shape, tiny_dir / f"{shape}.gguf", smollm2_path, seed=1, weight_type="f16",
-                                  n_ctx=4096)
-        if kind == "pt":
-            pt = synth.passthrough(base, split, tiny_dir / f"{shape}-pt{split}.gguf")
-            _BUILT[kind, shape, split] = Model(synth.identity_maps(pt, split, tiny_dir / f"{shape}-pt{split}-maps.gguf"))
-        else:
-            _BUILT[kind, shape, split] = random_maps_model(base, split, tiny_dir / f"{shape}-rand{split}.gguf", seed=4)
-    return _BUILT[kind, shape, split]
 
 
 def _ctx(model, flash_attn="on", capture=()):
@@ -77,9 +62,9 @@ def _fill(model, shape, toks, mode, split, flash_attn, layers):
 
 @pytest.mark.parametrize("shape", SHAPES + ("tiny-qwen3next",))
 @pytest.mark.parametrize("split,flash_attn", [(2, "on"), (5, "on"), (5, "off")])
-def test_passthrough_fill_reproduces_states_kv_and_logits(shape, split, flash_attn, tiny_dir, smollm2_path, toks):
+def test_passthrough_fill_reproduces_states_kv_and_logits(shape, split, flash_attn, toks, shared_models):
     """split 2: no attention layer below the split (3 and 7 attend); split 5: layer 3 runs exactly."""
-    model = _model("pt", shape, split, tiny_dir, smollm2_path)
+    model = shared_models.passthrough(shape, split)
     assert model.arch == synth.SHAPES[shape].arch
     late = range(split, model.n_layer)
     # the reference fills at s = L: every layer exact, the same ubatches and graphs as the fill run
@@ -99,9 +84,9 @@ def test_passthrough_fill_reproduces_states_kv_and_logits(shape, split, flash_at
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_fill_changes_the_late_states_of_a_real_stack(shape, tiny_dir, smollm2_path, toks):
+def test_fill_changes_the_late_states_of_a_real_stack(shape, toks, shared_models):
     """Not pass-through: the fill must change what late layers hold (the test above can fail)."""
-    model, _ = _model("rand", shape, 2, tiny_dir, smollm2_path)
+    model, _ = shared_models.random_maps(shape, 2, seed=4)
     late = range(2, model.n_layer)
     _, exact, _ = _fill(model, shape, toks, "exact", None, "on", late)
     _, ridge, _ = _fill(model, shape, toks, "ridge", 2, "on", late)
@@ -111,8 +96,8 @@ def test_fill_changes_the_late_states_of_a_real_stack(shape, tiny_dir, smollm2_p
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_tail_covering_the_prompt_equals_exact(shape, tiny_dir, smollm2_path, toks):
-    model, _ = _model("rand", shape, 2, tiny_dir, smollm2_path)
+def test_tail_covering_the_prompt_equals_exact(shape, toks, shared_models):
+    model, _ = shared_models.random_maps(shape, 2, seed=4)
     late = range(2, model.n_layer)
     results = {}
     for mode, split in (("exact", None), ("ridge", 2), ("identity", 2)):
@@ -129,8 +114,8 @@ def test_tail_covering_the_prompt_equals_exact(shape, tiny_dir, smollm2_path, to
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_decoding_after_a_fill_is_deterministic(shape, tiny_dir, smollm2_path, toks):
-    model, _ = _model("rand", shape, 2, tiny_dir, smollm2_path)
+def test_decoding_after_a_fill_is_deterministic(shape, toks, shared_models):
+    model, _ = shared_models.random_maps(shape, 2, seed=4)
     runs = []
     for _ in range(2):
         ctx = _ctx(model)
@@ -187,9 +172,9 @@ class DeltaNetLayer:
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_filled_recurrent_state_equals_numpy_from_h_s(shape, tiny_dir, smollm2_path, toks):
+def test_filled_recurrent_state_equals_numpy_from_h_s(shape, toks, shared_models):
     split = 2
-    model, m = _model("rand", shape, split, tiny_dir, smollm2_path)
+    model, m = shared_models.random_maps(shape, split, seed=4)
     maps = {il: (m.weights[j].astype(np.float64), m.biases[j]) for j, il in enumerate(m.layers)}
     lo, hi = SINKS, N - TAIL
     recurrent = [il for il in range(split + 1, model.n_layer) if not synth.SHAPES[shape].is_attention(il)]
@@ -257,14 +242,14 @@ def test_synthetic_shapes_stay_finite_over_32k_tokens(shape, tiny_dir, smollm2_p
     assert np.isfinite(res.logits).all() and all(np.isfinite(rms)) and max(rms) < 1e3
 
 
-def test_splicing_the_recurrent_state(tiny_dir, smollm2_path, toks, monkeypatch):
+def test_splicing_the_recurrent_state(toks, monkeypatch, shared_models):
     """eval's splices on a hybrid: exact K, V and recurrent state together reproduce exact-cut bit for bit;
     the recurrent state alone moves the result."""
     from ridgefill.evals import prefill, splice
 
     monkeypatch.setattr(splice, "_EXACT", splice._ExactCache())
     split = 2
-    model, _ = _model("rand", "tiny-qwen35", split, tiny_dir, smollm2_path)
+    model, _ = shared_models.random_maps("tiny-qwen35", split, seed=4)
 
     def last_logits(split_at, hook=None):
         ctx = _ctx(model)

@@ -12,8 +12,8 @@ def test_unknown_model():
         models.fetch_model("no-such-model")
 
 
-def test_cached_model_is_verified(smollm2_path):
-    assert fetch.sha256_file(smollm2_path) == models.entry("smollm2-135m").sha256
+@pytest.mark.slow  # fetches the model on a fresh machine
+def test_a_fetched_model_is_served_from_the_cache_offline(smollm2_path):
     assert models.fetch_model("smollm2-135m", offline=True) == smollm2_path
 
 
@@ -32,6 +32,5 @@ def test_corrupted_cache_is_detected_and_refetched(smollm2_path, tmp_path, monke
     with pytest.raises(fetch.FetchError, match="offline"):
         models.fetch_model("smollm2-135m", offline=True)
     good = models.fetch_model("smollm2-135m")
-    assert good == bad
-    assert fetch.sha256_file(good) == models.entry("smollm2-135m").sha256
+    assert good == bad  # fetch_model verified the re-downloaded file
     assert not list(good.parent.glob(".*")), "temporary download files were left behind"

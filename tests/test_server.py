@@ -2,7 +2,6 @@
 
 import pytest
 
-from ridgefill import synth
 from ridgefill.server import LlamaServer, ServerError
 
 pytestmark = pytest.mark.slow
@@ -14,8 +13,8 @@ ARGS = ["-b", "256", "-ub", "64", "-fa", "on"]
 
 
 @pytest.fixture(scope="module")
-def passthrough(smollm2_path, tmp_path_factory):
-    return synth.passthrough(smollm2_path, SPLIT, tmp_path_factory.mktemp("srv") / "pt.gguf")
+def passthrough(shared_models):
+    return shared_models.passthrough_path("smollm2", SPLIT)
 
 
 @pytest.fixture(scope="module")

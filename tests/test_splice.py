@@ -80,6 +80,7 @@ def test_gap_shares_from_records():
     assert "share k" in attribution.markdown(rows)
 
 
+@pytest.mark.slow  # loads the model (its tokenizer)
 def test_state_splice_on_an_attention_only_model_is_an_error(smollm2):
     ctx = smollm2.context(n_ctx=256, n_batch=256, n_ubatch=64, threads=1)
     ctx.set_fill("identity", 20)

@@ -1,6 +1,7 @@
 """The fork's binaries: identify themselves, and take the RidgeFill flags."""
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -30,12 +31,33 @@ def _bench(model, *extra):
                           capture_output=True, text=True, timeout=600)
 
 
+def _fill_columns(row: dict) -> tuple:
+    return tuple(row[k] for k in ("ridgefill", "ridgefill_split", "ridgefill_sink", "ridgefill_tail",
+                                  "ridgefill_filled_n", "ridgefill_full_n"))
+
+
 def test_bench_fills_the_middle_of_the_prompt(smollm2_path):
-    out = _bench(smollm2_path, "--ridgefill", "identity", "--ridgefill-split", "15",
-                 "--ridgefill-sink", "4", "--ridgefill-tail", "100")
+    """The fill configuration and the rows it filled are columns of every output format."""
+    flags = ("--ridgefill", "identity", "--ridgefill-split", "15", "--ridgefill-sink", "4", "--ridgefill-tail", "100")
+    out = _bench(smollm2_path, *flags)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout)[0]["n_prompt"] == 300
-    assert "ridgefill identity, split 15, sink 4, tail 100: 196 rows filled, 104 full" in out.stderr
+    row = json.loads(out.stdout)[0]
+    assert row["n_prompt"] == 300
+    assert _fill_columns(row) == ("identity", 15, 4, 100, 196, 104)
+
+    csv = _bench(smollm2_path, *flags, "-o", "csv")
+    head, values = csv.stdout.strip().splitlines()[:2]
+    cells = dict(zip(head.split(","), (v.strip('"') for v in values.split(","))))
+    assert (cells["ridgefill"], cells["ridgefill_split"], cells["ridgefill_filled_n"]) == ("identity", "15", "196")
+
+    md = _bench(smollm2_path, *flags, "-o", "md").stdout
+    assert "ridgefill_split" in md and re.search(r"\|\s+identity\s+\|\s+15\s+\|", md)
+
+
+def test_bench_identity_without_a_split_on_a_model_without_maps_says_what_to_pass(smollm2_path):
+    out = _bench(smollm2_path, "--ridgefill", "identity")
+    assert out.returncode == 1
+    assert "identity fill needs one in [1, 29] (--ridgefill-split N" in out.stderr
 
 
 def test_bench_refuses_ridge_without_maps(smollm2_path):
@@ -75,9 +97,9 @@ def test_bench_takes_split_sinks_and_tail_from_the_maps(tmp_path, smollm2_path):
     model = synth.identity_maps(smollm2_path, 15, tmp_path / "maps.gguf")
     out = _bench(model, "--ridgefill", "ridge")
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "ridgefill ridge, split 15, sink 4, tail 1024: 0 rows filled, 300 full" in out.stderr
+    assert _fill_columns(json.loads(out.stdout)[0]) == ("ridge", 15, 4, 1024, 0, 300)
     out = _bench(model)
-    assert out.returncode == 0 and "rows filled" not in out.stderr
+    assert out.returncode == 0 and _fill_columns(json.loads(out.stdout)[0]) == ("exact", 0, 0, 0, 0, 0)
 
 
 @pytest.mark.parametrize("shape", ["tiny-qwen3moe", "tiny-qwen35moe"])
@@ -92,7 +114,7 @@ def test_synth_cli_writes_a_tiny_moe_with_maps(tmp_path, shape):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tq.gguf"]  # no intermediates left
     res = _bench(out, "--ridgefill", "ridge", "--ridgefill-tail", "100")
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "ridgefill ridge, split 4, sink 4, tail 100: 196 rows filled, 104 full" in res.stderr
+    assert _fill_columns(json.loads(res.stdout)[0]) == ("ridge", 4, 4, 100, 196, 104)
 
 
 def test_bench_ttft_on_the_tiny_hybrid_moe_prints_exact_and_ridge(tmp_path):
@@ -123,11 +145,11 @@ def test_gpu_script_dry_run(tmp_path):
 
     repo = Path(__file__).resolve().parents[1]
     env = dict(os.environ, RF_OUT=str(tmp_path / "out"), RF_WORK=str(tmp_path / "work"), RF_SHAPES="tiny-qwen3",
-               RF_LENGTHS="768")
+               RF_LENGTHS="768", RF_CARRY=str(tmp_path / "carry"))
     run = subprocess.run([str(repo / "bench" / "gpu.sh"), "--dry-run"], capture_output=True, text=True, env=env,
                          timeout=900)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
-    assert (repo / "build" / "gpu-carry" / "llama-src.tar.gz").stat().st_size > 1e6
+    assert (tmp_path / "carry" / "llama-src.tar.gz").stat().st_size > 1e6  # nothing written into the checkout
     assert "Generating done" in (tmp_path / "out" / "gpu-configure.log").read_text()
     report = json.loads((tmp_path / "out" / "gpu-ttft-dryrun.json").read_text())
     row = report["shapes"]["tiny-qwen3"]["results"][0]

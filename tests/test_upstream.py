@@ -7,13 +7,14 @@ import pytest
 from ridgefill import paths, upstream
 
 
-def test_series_is_ordered_and_nonempty():
+def test_series_is_numbered_without_gaps():
+    """git am applies ggml-patches/ in name order: 0001, 0002, ... with no gap or duplicate number."""
     names = [p.name for p in upstream.series()]
     assert names, "ggml-patches/ holds no patch"
-    assert names == sorted(names)
-    assert all(n[:4].isdigit() for n in names)
+    assert [n[:5] for n in names] == [f"{i:04d}-" for i in range(1, len(names) + 1)]
 
 
+@pytest.mark.slow  # runs git
 def test_no_upstream_source_or_model_tracked():
     files = subprocess.run(["git", "-C", str(paths.repo_root()), "ls-files"], capture_output=True, text=True, check=True).stdout.split()
     upstream_like = [f for f in files if f.startswith(("ggml/", "src/llama", "common/", "vendor/", "llama.cpp/", "tools/"))]
@@ -27,18 +28,32 @@ def test_build_commit_names_upstream_and_series():
     assert bc.endswith(upstream.series_hash()[:8])
 
 
-def test_cached_sdist_verifies():
-    path = upstream.fetch_sdist()
-    assert path.name == upstream.SDIST_NAME
-    from ridgefill.fetch import sha256_file
+def test_a_cached_file_with_one_flipped_byte_is_refused(tmp_path):
+    """The check every cached download (sdist, models, data) goes through."""
+    from ridgefill import fetch
 
-    assert sha256_file(path) == upstream.SDIST_SHA256
+    path = tmp_path / "pkg.tar.gz"
+    path.write_bytes(b"x" * 4096)
+    good = fetch.sha256_file(path)
+    assert fetch.require_verified(path, good, "pkg") == path
+    path.write_bytes(b"x" * 2048 + b"y" + b"x" * 2047)
+    assert not fetch.is_verified(path, good)
+    with pytest.raises(fetch.FetchError, match="pkg: sha256 mismatch"):
+        fetch.require_verified(path, good, "pkg")
+    with pytest.raises(fetch.FetchError, match="is missing"):
+        fetch.require_verified(tmp_path / "gone", good, "pkg")
+
+
+@pytest.fixture(scope="module")
+def prepared_tree(tmp_path_factory):
+    """One fresh upstream tree with the series applied, shared by the tests below (each leaves it up to date)."""
+    return upstream.prepare(tmp_path_factory.mktemp("upstream") / "llama.cpp")
 
 
 @pytest.mark.slow
-def test_apply_then_export_round_trips(tmp_path):
+def test_apply_then_export_round_trips(prepared_tree, tmp_path):
     """prepare() on a fresh tree then export() reproduces ggml-patches/ byte for byte."""
-    tree = upstream.prepare(tmp_path / "llama.cpp")
+    tree = prepared_tree
     assert upstream.status(tree) == "up-to-date"
     log = subprocess.run(["git", "-C", str(tree), "log", "--format=%s", "upstream..HEAD"], capture_output=True, text=True, check=True)
     assert len(log.stdout.splitlines()) == len(upstream.series())
@@ -51,8 +66,8 @@ def test_apply_then_export_round_trips(tmp_path):
 
 
 @pytest.mark.slow
-def test_prepare_refuses_to_drop_unexported_work(tmp_path):
-    tree = upstream.prepare(tmp_path / "llama.cpp")
+def test_prepare_refuses_to_drop_unexported_work(prepared_tree):
+    tree = prepared_tree
     (tree / "README.md").write_text("local edit\n")
     subprocess.run(["git", "-C", str(tree), "commit", "-qam", "local"], check=True,
                    env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"})

@@ -17,9 +17,10 @@ import numpy as np
 from .corpus import Document, corpus_hash
 from .runtime import CAPTURE_ARCHS as SUPPORTED_ARCHS  # builders that record each layer's input
 from .stats import CalibrationStats, ModelIdentity, Moments, Provenance
+from .errors import RidgefillError
 
 
-class CalibrationError(ValueError):
+class CalibrationError(RidgefillError, ValueError):
     pass
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from .calibrate import CaptureConfig, accumulate, check_rows, check_split
 from .corpus import Document
 from .stats import CalibrationStats, ModelIdentity, Moments
+from .errors import InputError
 
 
 def load_hf(path: str, gguf_file: str | None = None, dtype: str = "float32"):
@@ -36,7 +37,7 @@ def decoder_layers(model):
             return obj
         except AttributeError:
             continue
-    raise ValueError(f"cannot find the decoder layers of {type(model).__name__}")
+    raise InputError(f"cannot find the decoder layers of {type(model).__name__}")
 
 
 def capture_hf(model, tokenize: Callable[[str], np.ndarray], bos: int | None, docs: list[Document], cfg: CaptureConfig,
@@ -46,7 +47,7 @@ def capture_hf(model, tokenize: Callable[[str], np.ndarray], bos: int | None, do
     check_split(identity, cfg.split)
     layers = decoder_layers(model)
     if len(layers) != identity.n_layer:
-        raise ValueError(f"HF model has {len(layers)} layers, the GGUF identity says {identity.n_layer}")
+        raise InputError(f"HF model has {len(layers)} layers, the GGUF identity says {identity.n_layer}")
     wanted = list(range(cfg.split, identity.n_layer))
     grabbed: dict[int, torch.Tensor] = {}
 

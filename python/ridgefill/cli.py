@@ -7,11 +7,8 @@ import json
 import os
 import sys
 
-from . import fetch, models
-from .calibrate import CalibrationError
-from .corpus import CorpusError
-from .gguf_io import GGUFError
-from .stats import StatsError
+from . import models
+from .errors import InputError, RidgefillError
 
 
 def _cmd_model_fetch(args) -> int:
@@ -68,7 +65,7 @@ def _cmd_fit(args) -> int:
         stats = pipeline.load_stats(args.stats)
     else:
         if args.split is None:
-            raise ValueError("--split is required unless --stats is given")
+            raise InputError("--split is required unless --stats is given")
         stats = pipeline.calibrate(args.base, _capture_config(args), args.corpus, args.backend, args.hf)
         if args.stats_out:
             stats.save(args.stats_out)
@@ -172,7 +169,7 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_bench_ttft(args) -> int:
-    from . import bench
+    from . import bench, ttft_report
 
     log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.quiet else (lambda msg: None)
     run = {"bench": bench.ttft, "server": bench.ttft_server}
@@ -191,8 +188,8 @@ def _cmd_bench_ttft(args) -> int:
 
         Path(args.json_out).write_text(json.dumps(summaries, indent=2))
     if args.plot:
-        log(f"plot: {bench.plot(list(summaries.values()), args.plot)}")
-    print(json.dumps(summaries, indent=2) if args.json else "\n\n".join(map(bench.markdown, summaries.values())))
+        log(f"plot: {ttft_report.plot(list(summaries.values()), args.plot)}")
+    print(json.dumps(summaries, indent=2) if args.json else "\n\n".join(map(ttft_report.markdown, summaries.values())))
     return 0
 
 
@@ -223,7 +220,7 @@ def _cmd_bench_soak(args) -> int:
 def _cmd_bench_report(args) -> int:
     from pathlib import Path
 
-    from . import bench
+    from . import bench, ttft_report
 
     summaries = []
     for path in args.files:
@@ -231,10 +228,10 @@ def _cmd_bench_report(args) -> int:
         if not isinstance(saved, dict) or not all(isinstance(s, dict) and "results" in s for s in saved.values()):
             raise bench.BenchError(f"{path} is not a `ridgefill bench ttft --json-out` file")
         summaries += [{"path": name, **s} for name, s in saved.items()]
-    summaries = bench.merge_summaries(summaries)
+    summaries = ttft_report.merge_summaries(summaries)
     if args.plot:
-        print(f"plot: {bench.plot(summaries, args.plot)}", file=sys.stderr)
-    print("\n\n".join(map(bench.markdown, summaries)))
+        print(f"plot: {ttft_report.plot(summaries, args.plot)}", file=sys.stderr)
+    print("\n\n".join(map(ttft_report.markdown, summaries)))
     return 0
 
 
@@ -374,8 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     _exit_on_sigterm()
     try:
         return args.func(args)
-    except (fetch.FetchError, models.UnknownModel, FileNotFoundError, ValueError, RuntimeError,
-            CalibrationError, CorpusError, GGUFError, StatsError) as err:
+    except RidgefillError as err:
         print(f"ridgefill: error: {err}", file=sys.stderr)
         return 1
 

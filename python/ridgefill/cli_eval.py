@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from .errors import RidgefillError
 from .evals import profiles
 
 COMMANDS = {
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         return args.func(args)
-    except (FileNotFoundError, ValueError, RuntimeError) as err:
+    except RidgefillError as err:
         print(f"ridgefill: error: {err}", file=sys.stderr)
         return 1
 

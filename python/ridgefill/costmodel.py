@@ -1,8 +1,14 @@
-"""Multiply-add cost model of a prefill: the physical limit of RidgeFill's speed-up.
+"""Multiply-add cost model of a prefill, and the speed-up RidgeFill's op count allows.
+
+It counts multiply-adds only: memory traffic, kernel efficiency, the map's weights being read
+and everything that is not a matmul are not modelled, so its "bound" is what a perfect
+implementation of these ops would reach, not a physical limit; measured speed-ups are printed
+as a share of it.
 
 Per row, a full attention layer costs its projections d(d_q' + 2 d_kv) + d_q d (d_q' = 2 d_q
 where Q also yields an output gate, qwen35), its FFN 3 d d_ff (active experts and shared
-expert for MoE) and causal attention 2 p d_q at position p. A full Gated DeltaNet layer
+expert for MoE) and causal attention 2 p d_q at position p, or 2 min(p, w) d_q in a
+sliding-window layer of window w (gemma3: five of every six layers). A full Gated DeltaNet layer
 (hybrid models) costs its input projections d(c + d_v + 2 H) (c = 2 d_k + d_v conv
 channels, d_v for the output gate, H heads for beta and alpha), the conv c w, the
 delta rule 4 H s² (decay, S^T k, outer product, S^T q with s x s state per head), the
@@ -17,6 +23,7 @@ memory. Sinks and tail rows run the full model.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from .errors import InputError
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,8 @@ class Shape:
     ssm_key_dim: int = 0  # d_k = key heads x state size
     ssm_state: int = 0  # s: per-head state is s x s
     ssm_conv: int = 4  # conv kernel width w
+    swa_window: int = 0  # sliding-window layers attend to at most this many positions (0: none)
+    swa_pattern: int = 0  # every swa_pattern-th layer attends globally, the others in the window
 
     @classmethod
     def from_model(cls, model) -> "Shape":
@@ -51,7 +60,7 @@ class Shape:
         def get(key, default=None):
             v = meta.get(f"{arch}.{key}", default)
             if v is None:
-                raise ValueError(f"metadata has no {arch}.{key}")
+                raise InputError(f"metadata has no {arch}.{key}")
             return int(v)
 
         d = get("embedding_length")
@@ -68,10 +77,23 @@ class Shape:
             hybrid = dict(q_gate=True, attn_interval=get("full_attention_interval", 4),
                           ssm_heads=get("ssm.time_step_rank"), ssm_key_dim=s * get("ssm.group_count"), ssm_state=s,
                           ssm_conv=get("ssm.conv_kernel"))
-        return cls(get("block_count"), d, n_head * head, n_head_kv * head, d_ff, **hybrid)
+        swa = {}
+        if arch in SWA_PATTERN and meta.get(f"{arch}.attention.sliding_window"):
+            swa = dict(swa_window=get("attention.sliding_window"), swa_pattern=SWA_PATTERN[arch])
+        return cls(get("block_count"), d, n_head * head, n_head_kv * head, d_ff, **hybrid, **swa)
 
     def is_attention(self, il: int) -> bool:
         return self.attn_interval == 0 or (il + 1) % self.attn_interval == 0
+
+    def window(self, il: int) -> int | None:
+        """The attention window of layer il, None for a global layer."""
+        if self.swa_window and self.swa_pattern and (il + 1) % self.swa_pattern != 0:
+            return self.swa_window
+        return None
+
+
+# llama.cpp's default sliding-window pattern per architecture (models/gemma3.cpp: load_swa_pattern)
+SWA_PATTERN = {"gemma3": 6}
 
 
 def _ffn(sh: Shape) -> float:
@@ -101,14 +123,19 @@ def _attn(sh: Shape, il: int) -> float:
     return 2 * sh.d_q if sh.is_attention(il) else 0.0
 
 
-def _sum_positions(lo: int, hi: int) -> float:
-    """Σ p for p in [lo, hi)."""
-    return (hi - lo) * (lo + hi - 1) / 2 if hi > lo else 0.0
+def _sum_positions(lo: int, hi: int, window: int | None = None) -> float:
+    """Σ p for p in [lo, hi), each p capped at `window` when given."""
+    if hi <= lo:
+        return 0.0
+    if window is None or hi <= window:
+        return (hi - lo) * (lo + hi - 1) / 2
+    cut = max(lo, window)
+    return _sum_positions(lo, cut) + (hi - cut) * window
 
 
 def _full_rows(sh: Shape, layers, lo: int, hi: int) -> float:
     """Cost of running `layers` fully for the rows [lo, hi)."""
-    return sum((hi - lo) * _full_row(sh, il) + _attn(sh, il) * _sum_positions(lo, hi) for il in layers)
+    return sum((hi - lo) * _full_row(sh, il) + _attn(sh, il) * _sum_positions(lo, hi, sh.window(il)) for il in layers)
 
 
 def prefill_cost(sh: Shape, n: int, split: int | None = None, sinks: int = 0, tail: int = 0,

@@ -13,9 +13,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from .errors import RidgefillError
 
 
-class FetchError(RuntimeError):
+class FetchError(RidgefillError, RuntimeError):
     pass
 
 

@@ -41,6 +41,33 @@ def atomic_write_from(out: str | os.PathLike, writer: Callable[[BinaryIO], None]
         writer(f)
 
 
+def save_npz(out: str | os.PathLike, fmt: str, meta: dict, arrays: dict) -> Path:
+    """Arrays plus a JSON `meta` (with "format": fmt) as one npz, atomically."""
+    import json
+
+    import numpy as np
+
+    entries = {**arrays, "meta": np.array(json.dumps({"format": fmt, **meta}))}
+    atomic_write_from(out, lambda f: np.savez(f, **entries))
+    return Path(out)
+
+
+def load_npz(path: str | os.PathLike, fmt: str) -> tuple[dict, dict]:
+    """(meta, arrays) of a file written by save_npz with format `fmt`; ValueError saying what is wrong otherwise."""
+    import json
+
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            if meta.get("format") != fmt:
+                raise ValueError(f"not a {fmt} file (format {meta.get('format')!r})")
+            return meta, {k: np.array(data[k]) for k in data.files if k != "meta"}
+    except (OSError, KeyError, EOFError) as err:
+        raise ValueError(str(err)) from None
+
+
 def remove_stale_parts(out: str | os.PathLike) -> list[Path]:
     """Remove the `.part` files of `out` whose writer process is gone; return them."""
     out = Path(out)

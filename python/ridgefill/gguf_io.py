@@ -14,9 +14,10 @@ import gguf
 import numpy as np
 
 from .files import atomic_output
+from .errors import MissingFile, RidgefillError
 
 
-class GGUFError(ValueError):
+class GGUFError(RidgefillError, ValueError):
     pass
 
 
@@ -36,7 +37,7 @@ class _Reader(gguf.GGUFReader):
 def open_gguf(path: str | os.PathLike) -> gguf.GGUFReader:
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"GGUF not found: {path}")
+        raise MissingFile(f"GGUF not found: {path}")
     try:
         return _Reader(path)
     except Exception as err:  # the reader raises ValueError, struct.error, IndexError... on bad files
@@ -77,6 +78,12 @@ def copy_gguf(
     return out
 
 
+def copy_field(writer: gguf.GGUFWriter, f) -> None:
+    """Copy one key (a ReaderField) with its value type, arrays with their element type."""
+    vtype = f.types[0]
+    writer.add_key_value(f.name, f.contents(), vtype, sub_type=f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None)
+
+
 def _write(reader, path, arch, add_keys, tensor_data, extra, drop_keys):
     writer = gguf.GGUFWriter(path, arch=arch, endianess=reader.endianess)
     alignment = field(reader, gguf.Keys.General.ALIGNMENT)
@@ -85,9 +92,7 @@ def _write(reader, path, arch, add_keys, tensor_data, extra, drop_keys):
     for f in reader.fields.values():
         if f.name == gguf.Keys.General.ARCHITECTURE or f.name.startswith("GGUF.") or drop_keys(f.name):
             continue  # written by GGUFWriter itself / virtual / dropped
-        vtype = f.types[0]
-        sub = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(f.name, f.contents(), vtype, sub_type=sub)
+        copy_field(writer, f)
     add_keys(writer)
 
     for t in reader.tensors:

@@ -19,8 +19,8 @@ import tarfile
 import time
 from pathlib import Path
 
-from . import bench, fetch, models, synth
-from .gguf_io import field, open_gguf
+from . import bench, fetch, models, synth, ttft_report
+from .gguf_io import copy_field, field, open_gguf
 
 # what a CUDA build of llama-bench reads from the patched tree (docs, models, examples, tests stay)
 SOURCE_PARTS = ("CMakeLists.txt", "cmake", "common", "ggml", "include", "src", "tools", "vendor", "LICENSE", "licenses")
@@ -58,9 +58,7 @@ def tokenizer_gguf(src: str | os.PathLike, out: Path) -> Path:
     writer = gguf.GGUFWriter(out, arch=field(reader, "general.architecture"))
     for f in reader.fields.values():
         if f.name.startswith("tokenizer."):
-            vtype = f.types[0]
-            writer.add_key_value(f.name, f.contents(), vtype,
-                                 sub_type=f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None)
+            copy_field(writer, f)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.close()
@@ -105,7 +103,7 @@ def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, wor
             report["shapes"][shape] = s
             out_json.write_text(json.dumps(report, indent=2))  # partial results survive a timeout
         if shape in report["shapes"]:
-            progress(bench.markdown(report["shapes"][shape]))
+            progress(ttft_report.markdown(report["shapes"][shape]))
         model.unlink()
     return report
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from . import fetch, paths
 from .files import atomic_write_from
+from .errors import RidgefillError
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ REGISTRY: dict[str, ModelEntry] = {
 DEFAULT_MODEL = "smollm2-135m"
 
 
-class UnknownModel(KeyError):
+class UnknownModel(RidgefillError, KeyError):
     def __str__(self) -> str:
         return f"unknown model {self.args[0]!r}; known: {', '.join(sorted(REGISTRY))}"
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from . import corpus, pack, ridge
 from .calibrate import CaptureConfig, capture_llama, check_arch, check_split
 from .stats import CalibrationStats, merge_files
+from .errors import InputError
 
 
 def documents(paths: list[str] | None) -> list[corpus.Document]:
@@ -28,7 +29,7 @@ def calibrate(base: str | os.PathLike, cfg: CaptureConfig, corpus_paths: list[st
         elif backend == "hf":
             stats = _capture_hf(base, hf_path, docs, cfg, identity, bar.update)
         else:
-            raise ValueError(f"unknown capture backend {backend!r} (llama, hf)")
+            raise InputError(f"unknown capture backend {backend!r} (llama, hf)")
     return stats
 
 

@@ -11,13 +11,13 @@ The final maps are refitted on training + held-out statistics with the chosen λ
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .stats import CalibrationStats, Moments
+from .errors import InputError
 
 DEFAULT_GRID = tuple(10.0 ** e for e in np.arange(-6.0, 1.01, 0.5))
 
@@ -47,7 +47,7 @@ class _Eig:
 
     def __init__(self, mom: Moments):
         if mom.n < 2:
-            raise ValueError(f"need at least 2 calibration rows, have {mom.n}")
+            raise InputError(f"need at least 2 calibration rows, have {mom.n}")
         self.mu_x = mom.sum_x / mom.n
         cxx = mom.xtx / mom.n - np.outer(self.mu_x, self.mu_x)
         cxx = (cxx + cxx.T) / 2
@@ -104,7 +104,7 @@ def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True) -> M
     stats.check_finite()
     tr, ho = stats.train, stats.heldout
     if ho.n < 2:
-        raise ValueError("held-out statistics are empty: λ cannot be chosen")
+        raise InputError("held-out statistics are empty: λ cannot be chosen")
     eig = _Eig(tr)
     d = tr.d
     eye = np.eye(d)
@@ -150,25 +150,23 @@ MAPS_FORMAT = "ridgefill-maps/1"
 
 def save_maps(path, maps: Maps, identity, provenance) -> Path:
     """Maps + the model identity and calibration provenance they belong to (npz)."""
-    from .files import atomic_write_from
+    from .files import save_npz
 
-    meta = {"format": MAPS_FORMAT, "split": maps.split, "layers": maps.layers,
-            "fits": [asdict(f) for f in maps.fits], "identity": asdict(identity), "provenance": asdict(provenance)}
-    atomic_write_from(Path(path), lambda f: np.savez(f, weights=maps.weights, biases=maps.biases, meta=np.array(json.dumps(meta))))
-    return Path(path)
+    meta = {"split": maps.split, "layers": maps.layers, "fits": [asdict(f) for f in maps.fits],
+            "identity": asdict(identity), "provenance": asdict(provenance)}
+    return save_npz(path, MAPS_FORMAT, meta, {"weights": maps.weights, "biases": maps.biases})
 
 
 def load_maps(path):
     """(maps, identity, provenance) from a file written by save_maps."""
     from .stats import ModelIdentity, Provenance
 
+    from .files import load_npz
+
     try:
-        with np.load(path, allow_pickle=False) as data:
-            meta = json.loads(str(data["meta"]))
-            if meta.get("format") != MAPS_FORMAT:
-                raise ValueError(f"not a {MAPS_FORMAT} file (format {meta.get('format')!r})")
-            maps = Maps(int(meta["split"]), list(meta["layers"]), np.array(data["weights"]), np.array(data["biases"]),
-                        [LayerFit(**f) for f in meta["fits"]])
-    except (OSError, KeyError, ValueError, EOFError) as err:
-        raise ValueError(f"cannot read maps from {path}: {err}") from None
-    return maps, ModelIdentity(**meta["identity"]), Provenance(**meta["provenance"])
+        meta, data = load_npz(path, MAPS_FORMAT)
+        maps = Maps(int(meta["split"]), list(meta["layers"]), data["weights"], data["biases"],
+                    [LayerFit(**f) for f in meta["fits"]])
+        return maps, ModelIdentity(**meta["identity"]), Provenance(**meta["provenance"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise InputError(f"cannot read maps from {path}: {err}") from None

@@ -7,11 +7,12 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from . import _core
+from .errors import InputError, LoadError, MissingFile
 
 GGUF_MAGIC = b"GGUF"
 
@@ -27,13 +28,13 @@ def version() -> str:
 
 def _check_gguf_file(path: Path) -> None:
     if not path.exists():
-        raise FileNotFoundError(f"model file not found: {path}")
+        raise MissingFile(f"model file not found: {path}")
     if not path.is_file():
-        raise IsADirectoryError(f"model path is not a file: {path}")
+        raise InputError(f"model path is not a file: {path}")
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != GGUF_MAGIC:
-        raise ValueError(f"{path} is not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
+        raise InputError(f"{path} is not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
 
 
 class Model:
@@ -42,7 +43,10 @@ class Model:
     def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, use_mmap: bool = True):
         self.path = Path(path)
         _check_gguf_file(self.path)
-        self._m = _core.Model(str(self.path), n_gpu_layers=n_gpu_layers, use_mmap=use_mmap)
+        try:
+            self._m = _core.Model(str(self.path), n_gpu_layers=n_gpu_layers, use_mmap=use_mmap)
+        except RuntimeError as err:
+            raise LoadError(str(err)) from None
         self._meta: dict[str, str] | None = None
 
     @property
@@ -115,9 +119,17 @@ class PrefillResult:
 def fill_range(n_tokens: int, sinks: int, tail: int, pos0: int = 0) -> tuple[int, int]:
     """Filled positions [pos0+k, pos0+N-T) of a prompt; empty when N - T <= k."""
     if sinks < 0 or tail < 0:
-        raise ValueError(f"sinks and tail must be >= 0 (got sinks={sinks}, tail={tail})")
+        raise InputError(f"sinks and tail must be >= 0 (got sinks={sinks}, tail={tail})")
     lo, hi = pos0 + sinks, pos0 + n_tokens - tail
     return (lo, hi) if hi > lo else (0, 0)
+
+
+def nothing_filled(n_tokens: int, sinks: int, tail: int) -> str | None:
+    """A warning when a prompt of n_tokens has no row to fill (tail >= N - sinks), else None."""
+    if fill_range(n_tokens, sinks, tail) != (0, 0):
+        return None
+    return (f"WARNING: a {n_tokens}-token prompt with {sinks} sinks and tail {tail} fills nothing "
+            f"(tail >= N - sinks): every fill mode runs the exact model there")
 
 
 def head_stop(n_tokens: int, tail: int) -> int:
@@ -144,28 +156,50 @@ class Context:
         self.threads, self.flash_attn, self.kv_type = threads, flash_attn, kv_type
         self.capture = sorted(set(int(i) for i in capture))
         if self.capture and model.arch not in CAPTURE_ARCHS:
-            raise ValueError(f"layer-input capture is not supported for architecture {model.arch!r} "
+            raise InputError(f"layer-input capture is not supported for architecture {model.arch!r} "
                              f"(supported: {', '.join(sorted(CAPTURE_ARCHS))})")
-        self._c = _core.Context(
-            model._m,
-            n_ctx=n_ctx,
-            n_batch=n_batch,
-            n_ubatch=min(512, n_batch) if n_ubatch is None else n_ubatch,
-            n_threads=threads or os.cpu_count() or 1,
-            flash_attn=flash_attn,
-            type_k=kv_type,
-            type_v=kv_type,
-            capture_layers=self.capture,
-            n_seq_max=n_seq_max,
-        )
+        try:
+            self._c = _core.Context(
+                model._m,
+                n_ctx=n_ctx,
+                n_batch=n_batch,
+                n_ubatch=min(512, n_batch) if n_ubatch is None else n_ubatch,
+                n_threads=threads or os.cpu_count() or 1,
+                flash_attn=flash_attn,
+                type_k=kv_type,
+                type_v=kv_type,
+                capture_layers=self.capture,
+                n_seq_max=n_seq_max,
+            )
+        except ValueError as err:
+            raise InputError(str(err)) from None
+        except RuntimeError as err:
+            raise LoadError(str(err)) from None
 
     n_ctx = property(lambda self: self._c.n_ctx)
     n_batch = property(lambda self: self._c.n_batch)
     n_ubatch = property(lambda self: self._c.n_ubatch)
 
     def decode(self, tokens, pos0: int, seq_id: int = 0, outputs="last") -> None:
-        """One llama_decode call of at most n_batch tokens; see prefill() for longer inputs."""
+        """One llama_decode call of at most n_batch tokens; see decode_chunks() for longer inputs."""
         self._c.decode(np.asarray(tokens, dtype=np.int32), pos0, seq_id, outputs)
+
+    def decode_chunks(self, tokens, pos0: int = 0, seq_id: int = 0, outputs="none") -> Iterator[tuple[int, int]]:
+        """Decode `tokens` at positions pos0.. in n_batch chunks, yielding (start, n) after each call
+        (read its logits or log-probabilities then). outputs: 'none', 'all', 'last' (the last row of
+        all tokens) or a boolean mask over the tokens."""
+        tokens = np.asarray(tokens, dtype=np.int32)
+        mask = None if isinstance(outputs, str) else np.asarray(outputs, dtype=bool)
+        for start in range(0, len(tokens), self.n_batch):
+            piece = tokens[start : start + self.n_batch]
+            if mask is not None:
+                out = mask[start : start + len(piece)]
+            elif outputs == "last":
+                out = "last" if start + len(piece) == len(tokens) else "none"
+            else:
+                out = outputs
+            self._c.decode(piece, pos0 + start, seq_id, out)
+            yield start, len(piece)
 
     def logits(self) -> np.ndarray:
         """Logits of the last decode's output rows, (n_outputs, n_vocab)."""
@@ -179,7 +213,10 @@ class Context:
 
     def set_fill(self, mode: str = "exact", split: int | None = None) -> None:
         """Fill mode for later prefills: 'exact', 'identity' or 'ridge' at `split` (default: the maps')."""
-        self._c.set_fill(mode, -1 if split is None else int(split))
+        try:
+            self._c.set_fill(mode, -1 if split is None else int(split))
+        except ValueError as err:
+            raise InputError(str(err)) from None
 
     fill_mode = property(lambda self: self._c.fill_mode)
     fill_split = property(lambda self: self._c.fill_split)
@@ -228,7 +265,7 @@ class Context:
         """
         tokens = np.asarray(tokens, dtype=np.int32)
         if tokens.ndim != 1 or len(tokens) == 0:
-            raise ValueError("prefill needs a non-empty 1-D token array")
+            raise InputError("prefill needs a non-empty 1-D token array")
         sinks, tail = self._sinks_tail(sinks, tail)
         stop = head_stop(len(tokens), tail)
         rng = (0, 0) if self.fill_mode == "exact" else fill_range(stop, sinks, 0, pos0)
@@ -262,18 +299,15 @@ class Context:
     def _prefill(self, tokens, pos0, seq_id, on_chunk, last_output: bool = True, offset: int = 0) -> PrefillResult:
         """`offset`: index of tokens[0] in the caller's prompt (on_chunk gets prompt indices)."""
         if tokens.ndim != 1 or len(tokens) == 0:
-            raise ValueError("prefill needs a non-empty 1-D token array")
+            raise InputError("prefill needs a non-empty 1-D token array")
         if pos0 + len(tokens) > self.n_ctx:
-            raise ValueError(f"prompt of {len(tokens)} tokens at position {pos0} does not fit n_ctx={self.n_ctx}")
+            raise InputError(f"prompt of {len(tokens)} tokens at position {pos0} does not fit n_ctx={self.n_ctx}")
         chunks = []
         t0 = time.perf_counter()
-        for start in range(0, len(tokens), self.n_batch):
-            piece = tokens[start : start + self.n_batch]
-            last = last_output and start + len(piece) == len(tokens)
-            self._c.decode(piece, pos0 + start, seq_id, "last" if last else "none")
-            chunks.append((offset + start, len(piece)))
+        for start, n in self.decode_chunks(tokens, pos0, seq_id, "last" if last_output else "none"):
+            chunks.append((offset + start, n))
             if on_chunk is not None:
-                on_chunk(self, offset + start, len(piece))
+                on_chunk(self, offset + start, n)
         seconds = time.perf_counter() - t0
         logits = self._c.logits()[0] if last_output else np.empty(0, np.float32)
         return PrefillResult(len(tokens), seconds, logits, chunks)
@@ -287,21 +321,18 @@ class Context:
         prefix = np.asarray(prefix, dtype=np.int32)
         cont = np.asarray(continuation, dtype=np.int32)
         if len(prefix) == 0 or len(cont) == 0:
-            raise ValueError("prefix and continuation must both be non-empty")
+            raise InputError("prefix and continuation must both be non-empty")
         seq = np.concatenate([prefix, cont])
         if len(seq) > self.n_ctx:
-            raise ValueError(f"{len(seq)} tokens do not fit n_ctx={self.n_ctx}")
+            raise InputError(f"{len(seq)} tokens do not fit n_ctx={self.n_ctx}")
         self.seq_rm(seq_id)
         # rows [len(prefix)-1, len(seq)-1) predict the continuation tokens
         first = len(prefix) - 1
+        rows = np.arange(len(seq) - 1)
         out = np.empty(len(cont), dtype=np.float64)
-        for start in range(0, len(seq) - 1, self.n_batch):
-            piece = seq[start : min(start + self.n_batch, len(seq) - 1)]
-            rows = np.arange(start, start + len(piece))
-            mask = rows >= first
-            self._c.decode(piece, start, seq_id, mask)
-            if mask.any():
-                idx = rows[mask] - first
+        for start, n in self.decode_chunks(seq[:-1], 0, seq_id, rows >= first):
+            idx = rows[start : start + n][rows[start : start + n] >= first] - first
+            if len(idx):
                 out[idx] = self._c.token_logprobs(cont[idx])
         return out
 

@@ -13,8 +13,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from .errors import RidgefillError
 
-class ServerError(RuntimeError):
+
+class ServerError(RidgefillError, RuntimeError):
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
         self.status = status
@@ -29,6 +31,17 @@ def tool_path(name: str) -> Path:
     if not found:
         raise ServerError(f"{name} not found; run `make setup`")
     return Path(found)
+
+
+def ridgefill_flags(mode: str, split: int | None = None, sinks: int | None = None, tail: int | None = None) -> list[str]:
+    """The --ridgefill* flags of llama-server and llama-bench; None leaves a value to the GGUF, exact adds none."""
+    if mode == "exact":
+        return []
+    flags = ["--ridgefill", mode]
+    for name, value in (("split", split), ("sink", sinks), ("tail", tail)):
+        if value is not None:
+            flags += [f"--ridgefill-{name}", str(value)]
+    return flags
 
 
 def free_port() -> int:
@@ -107,3 +120,12 @@ class LlamaServer:
         except urllib.error.HTTPError as err:
             body = err.read().decode("utf-8", "replace")
             raise ServerError(f"HTTP {err.code} from {req.full_url}: {body}", status=err.code) from None
+
+
+def ttft_ms(srv: LlamaServer, prompt: list[int], mode: str) -> tuple[float, dict]:
+    """TTFT as bench and demo measure it: the wall time of a 1-token, greedy completion of a prompt
+    the server may not reuse from its cache; (milliseconds, response)."""
+    body = {"prompt": prompt, "n_predict": 1, "temperature": 0.0, "cache_prompt": False, "ridgefill": mode}
+    t0 = time.perf_counter()
+    res = srv.post("/completion", body)
+    return 1000 * (time.perf_counter() - t0), res

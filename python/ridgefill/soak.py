@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .server import LlamaServer
+from .server import LlamaServer, ridgefill_flags
 
 N_SLOTS = 4
 SLOT_CTX = 1024
@@ -216,8 +216,7 @@ def leak_check(base: Path, model: Path, mode: str, tokens: np.ndarray, threads: 
     body = {"n_predict": 8, "n_probs": 3, "temperature": 0.0, "cache_prompt": True}
     with LlamaServer(base, args, ctx=SLOT_CTX, threads=threads) as srv:
         stock = srv.post("/completion", {"prompt": exact_prompt, **body})
-    fill = ["--ridgefill", mode, "--ridgefill-tail", str(TAIL)] + ([] if split is None else ["--ridgefill-split", str(split)])
-    with LlamaServer(model, args + fill, ctx=SLOT_CTX, threads=threads) as srv:
+    with LlamaServer(model, args + ridgefill_flags(mode, split, tail=TAIL), ctx=SLOT_CTX, threads=threads) as srv:
         filled = srv.post("/completion", {"prompt": fill_prompt, **body})
         after = srv.post("/completion", {"prompt": exact_prompt, "ridgefill": "exact", **body})
     same = (after["content"] == stock["content"]
@@ -230,8 +229,7 @@ def soak(model: Path, base: Path, mode: str, tokens: np.ndarray, n_requests: int
     reqs = make_requests(tokens, n_requests, seed)
     # a bounded RAM prompt cache: full after the first pass, so RSS growth in the second pass is a leak
     flags = ["-fa", "on", "-b", "512", "-ub", "128", "--cache-ram", str(CACHE_RAM_MIB)]
-    fill_flags = ["--ridgefill", mode, "--ridgefill-sink", str(SINKS), "--ridgefill-tail", str(TAIL)]
-    fill_flags += [] if split is None else ["--ridgefill-split", str(split)]
+    fill_flags = ridgefill_flags(mode, split, SINKS, TAIL)
     stock_ctx = dict(ctx=N_SLOTS * SLOT_CTX, threads=threads, n_parallel=N_SLOTS)
     rows, ref = [], []
     with LlamaServer(base, flags, **stock_ctx) as srv:

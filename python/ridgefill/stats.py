@@ -8,19 +8,19 @@ split and layers. A second, disjoint set (held-out documents) selects λ.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .files import atomic_write_from
+from .files import load_npz, save_npz
+from .errors import RidgefillError
 
 FORMAT = "ridgefill-stats/1"
 
 
-class StatsError(ValueError):
+class StatsError(RidgefillError, ValueError):
     pass
 
 
@@ -166,31 +166,18 @@ class CalibrationStats:
         }
 
     def save(self, path: str | os.PathLike) -> Path:
-        path = Path(path)
-        arrays = {**self.train.arrays("train_"), **self.heldout.arrays("heldout_")}
-        arrays["meta"] = np.array(json.dumps(self.meta()))
-
-        def write(f):
-            np.savez(f, **arrays)
-
-        atomic_write_from(path, write)
-        return path
+        meta = {k: v for k, v in self.meta().items() if k != "format"}
+        return save_npz(path, FORMAT, meta, {**self.train.arrays("train_"), **self.heldout.arrays("heldout_")})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CalibrationStats":
-        path = Path(path)
         try:
-            with np.load(path, allow_pickle=False) as data:
-                meta = json.loads(str(data["meta"]))
-                if meta.get("format") != FORMAT:
-                    raise StatsError(f"{path}: not a {FORMAT} file (format {meta.get('format')!r})")
-                st = cls(ModelIdentity(**meta["identity"]), int(meta["split"]), Provenance(**meta["provenance"]))
-                st.heldout_provenance = Provenance(**meta["heldout_provenance"])
-                st.train = Moments.from_arrays(data, "train_")
-                st.heldout = Moments.from_arrays(data, "heldout_")
-        except (OSError, KeyError, ValueError, EOFError) as err:
-            if isinstance(err, StatsError):
-                raise
+            meta, data = load_npz(path, FORMAT)
+            st = cls(ModelIdentity(**meta["identity"]), int(meta["split"]), Provenance(**meta["provenance"]))
+            st.heldout_provenance = Provenance(**meta["heldout_provenance"])
+            st.train = Moments.from_arrays(data, "train_")
+            st.heldout = Moments.from_arrays(data, "heldout_")
+        except (KeyError, TypeError, ValueError) as err:
             raise StatsError(f"cannot read statistics from {path}: {err}") from None
         return st
 

@@ -23,6 +23,7 @@ from .files import atomic_output
 from .gguf_io import copy_gguf, open_gguf
 from .ridge import LayerFit, Maps
 from .stats import Provenance
+from .errors import InputError
 
 _ZEROED = re.compile(r"blk\.(\d+)\.(attn_output|ffn_down|ffn_down_exps|ffn_down_shexp|ssm_out)\.weight$")
 
@@ -31,7 +32,7 @@ def passthrough(base: str | os.PathLike, split: int, out: str | os.PathLike) -> 
     reader = open_gguf(base)
     ident = pack.identity_of(base, reader)
     if not 1 <= split < ident.n_layer:
-        raise ValueError(f"split {split} out of range [1, {ident.n_layer})")
+        raise InputError(f"split {split} out of range [1, {ident.n_layer})")
     zeroed = []
 
     def data(name, raw):
@@ -43,17 +44,18 @@ def passthrough(base: str | os.PathLike, split: int, out: str | os.PathLike) -> 
 
     copy_gguf(reader, out, tensor_data=data)
     if not zeroed:
-        raise ValueError(f"{base}: found no output projections to zero")
+        raise InputError(f"{base}: found no output projections to zero")
     return Path(out)
 
 
-def identity_maps(base: str | os.PathLike, split: int, out: str | os.PathLike, map_type: str = "f32") -> Path:
+def identity_maps(base: str | os.PathLike, split: int, out: str | os.PathLike, map_type: str = "f32",
+                  defaults: pack.Defaults = pack.Defaults()) -> Path:
     ident = pack.identity_of(base)
     layers = list(range(split + 1, ident.n_layer))
     d = ident.n_embd
     maps = Maps(split, layers, np.broadcast_to(np.eye(d, dtype=np.float32), (len(layers), d, d)).copy(),
                 np.zeros((len(layers), d), np.float32), [LayerFit(l, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0) for l in layers])
-    return pack.pack(base, maps, ident, Provenance(backend="synthetic"), out, map_type=map_type)
+    return pack.pack(base, maps, ident, Provenance(backend="synthetic"), out, map_type=map_type, defaults=defaults)
 
 
 # ---- shape-faithful random-weight models (speed only) ----------------------------------
@@ -127,7 +129,7 @@ def random_model(shape: str, out: str | os.PathLike, tokenizer_from: str | os.Pa
     import gguf
 
     if shape not in SHAPES:
-        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+        raise InputError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     sh = SHAPES[shape]
     qtype = {"f16": gguf.GGMLQuantizationType.F16, "q8_0": gguf.GGMLQuantizationType.Q8_0,
              "q4_0": gguf.GGMLQuantizationType.Q4_0}[weight_type]

@@ -21,6 +21,7 @@ import tarfile
 from pathlib import Path
 
 from . import fetch, paths
+from .errors import RidgefillError
 
 SDIST_SPEC = "llama-cpp-python==0.3.36"
 SDIST_NAME = "llama_cpp_python-0.3.36.tar.gz"
@@ -38,7 +39,7 @@ _BASE_DATE = "2026-01-01T00:00:00+00:00"
 _STAMP = "ridgefill-series"
 
 
-class UpstreamError(RuntimeError):
+class UpstreamError(RidgefillError, RuntimeError):
     pass
 
 

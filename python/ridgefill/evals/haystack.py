@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import corpus
+from ..errors import InputError
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 KINDS = ("noise", "prose")
@@ -39,7 +40,7 @@ def prose(model, n: int, rng: np.random.Generator) -> Haystack:
         have += len(toks)
         i += 1
         if i - first > len(docs):
-            raise ValueError(f"the evaluation documents hold fewer than {n} tokens")
+            raise InputError(f"the evaluation documents hold fewer than {n} tokens")
     return Haystack(np.concatenate(parts)[:n].astype(np.int32), docs[first].name)
 
 
@@ -48,7 +49,7 @@ def make(model, kind: str, n: int, rng: np.random.Generator) -> Haystack:
         return noise(model, n)
     if kind == "prose":
         return prose(model, n, rng)
-    raise ValueError(f"unknown haystack {kind!r} (one of {', '.join(KINDS)})")
+    raise InputError(f"unknown haystack {kind!r} (one of {', '.join(KINDS)})")
 
 
 def sentence_breaks(model, tokens: np.ndarray) -> np.ndarray:

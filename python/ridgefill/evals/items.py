@@ -11,12 +11,13 @@ from pathlib import Path
 
 from .loss import LossItem
 from .needle import NeedleItem
+from ..errors import InputError, RidgefillError
 
 FORMAT = 1
 KINDS = {"needle": NeedleItem, "loss": LossItem}
 
 
-class ItemsMismatch(ValueError):
+class ItemsMismatch(RidgefillError, ValueError):
     pass
 
 
@@ -34,7 +35,7 @@ def load(path: str | os.PathLike) -> tuple[str, list, dict]:
     """(kind, items, params) of a saved file."""
     doc = json.loads(Path(path).read_text())
     if doc.get("format") != FORMAT or doc.get("kind") not in KINDS:
-        raise ValueError(f"{path}: not a ridgefill items file (format {FORMAT})")
+        raise InputError(f"{path}: not a ridgefill items file (format {FORMAT})")
     cls = KINDS[doc["kind"]]
     return doc["kind"], [cls.from_dict(d) for d in doc["items"]], doc["params"]
 

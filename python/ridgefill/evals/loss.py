@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import corpus
 from ..runtime import head_stop
+from ..errors import InputError
 
 MIN_GAIN = 2.0  # loss_short - loss_full, nats
 MAX_FULL = 2.0  # loss_full, nats
@@ -70,7 +71,7 @@ def short_logprobs(ctx, tokens, first: int, window: int, bos: int | None) -> np.
     than the document); `ctx` must be in exact mode.
     """
     if ctx.fill_mode != "exact":
-        raise ValueError("short-window scoring needs an exact-mode context")
+        raise InputError("short-window scoring needs an exact-mode context")
     tokens = np.asarray(tokens, dtype=np.int32)
     stride = max(1, window // 2)
     out = []

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import haystack
 from .haystack import NOISE  # noqa: F401  (re-exported: the demo's haystack)
+from ..errors import InputError
 
 TASKS = ("single", "multikey", "multivalue", "multiquery")
 VALUES = ("number", "uuid")
@@ -48,7 +49,7 @@ class TaskSpec:
         for name, val, allowed in (("task", self.task, TASKS), ("haystack", self.haystack, haystack.KINDS),
                                    ("value", self.value, VALUES)):
             if val not in allowed:
-                raise ValueError(f"unknown needle {name} {val!r} (one of {', '.join(allowed)})")
+                raise InputError(f"unknown needle {name} {val!r} (one of {', '.join(allowed)})")
 
     @property
     def name(self) -> str:
@@ -59,7 +60,7 @@ class TaskSpec:
         """'single/noise/number'; missing parts take the defaults ('multikey' = multikey/noise/number)."""
         parts = name.split("/")
         if len(parts) > 3:
-            raise ValueError(f"needle task {name!r}: expected task[/haystack[/value]]")
+            raise InputError(f"needle task {name!r}: expected task[/haystack[/value]]")
         return cls(*parts)
 
 
@@ -191,7 +192,7 @@ def build(model, spec: TaskSpec, n_tokens: int, sinks: int, tail: int, seed, dep
     total = sum(len(p) for p in pieces)
     free = hi - lo - total
     if free < 0:
-        raise ValueError(f"{spec.name}: {len(pieces)} needle(s) of {total} tokens do not fit rows [{lo}, {hi}) "
+        raise InputError(f"{spec.name}: {len(pieces)} needle(s) of {total} tokens do not fit rows [{lo}, {hi}) "
                          f"of a {n_tokens}-token prompt (sinks {sinks}, tail {tail})")
     hay = haystack.make(model, spec.haystack, n_tokens - len(intro) - total - len(question), rng)
     at = place(haystack.sentence_breaks(model, hay.tokens), lo - len(intro), free, [n.depth for n in needles])

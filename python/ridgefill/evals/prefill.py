@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..runtime import Context
+from ..errors import InputError
 
 
 @dataclass
@@ -42,7 +43,7 @@ def run_head(ctx: Context, tokens, sinks: int, tail: int, seq_id: int = 0, hook:
     """Clear `seq_id` and decode the head rows without outputs; then call `hook`."""
     tokens = np.asarray(tokens, dtype=np.int32)
     if len(tokens) > ctx.n_ctx:
-        raise ValueError(f"{len(tokens)} tokens do not fit n_ctx={ctx.n_ctx}")
+        raise InputError(f"{len(tokens)} tokens do not fit n_ctx={ctx.n_ctx}")
     ctx.seq_rm(seq_id)
     res = ctx.prefill_head(tokens, sinks, tail, seq_id=seq_id)
     head = Head(ctx, tokens, res.n_tokens, res.fill_range, res.n_filled, res.n_full, seq_id=seq_id)
@@ -51,29 +52,21 @@ def run_head(ctx: Context, tokens, sinks: int, tail: int, seq_id: int = 0, hook:
     return head
 
 
-def _decode(ctx: Context, tokens: np.ndarray, pos0: int, seq_id: int, last_output: bool) -> None:
-    for start in range(0, len(tokens), ctx.n_batch):
-        piece = tokens[start : start + ctx.n_batch]
-        last = last_output and start + len(piece) == len(tokens)
-        ctx.decode(piece, pos0 + start, seq_id, "last" if last else "none")
-
-
 def tail_logprobs(head: Head) -> np.ndarray:
     """log p(tokens[p] | tokens[:p]) for p in [stop+1, N): every token a tail row predicts."""
     ctx, toks, seq = head.ctx, head.tokens, head.seq_id
     rows = np.arange(head.stop, len(toks) - 1)
     out = np.empty(len(rows), dtype=np.float64)
-    for start in range(0, len(rows), ctx.n_batch):
-        r = rows[start : start + ctx.n_batch]
-        ctx.decode(toks[r], int(r[0]), seq, "all")
-        out[start : start + len(r)] = ctx.token_logprobs(toks[r + 1])
+    for start, n in ctx.decode_chunks(toks[rows], head.stop, seq, "all"):
+        out[start : start + n] = ctx.token_logprobs(toks[rows[start : start + n] + 1])
     return out  # the last row predicts nothing inside the prompt and is not decoded
 
 
 def greedy(head: Head, n_new: int, stop: Sequence[int] = ()) -> list[int]:
     """Decode the tail rows, then up to n_new tokens greedily (argmax)."""
     ctx, toks, seq = head.ctx, head.tokens, head.seq_id
-    _decode(ctx, toks[head.stop :], head.stop, seq, last_output=True)
+    for _ in ctx.decode_chunks(toks[head.stop :], head.stop, seq, "last"):
+        pass
     return ctx.greedy_continue(ctx.logits()[0], len(toks), n_new, seq, stop)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .needle import TASKS
+from ..errors import InputError
 
 ALL_NEEDLES = tuple(f"{t}/{h}/number" for t in TASKS for h in ("noise", "prose")) + (
     "single/noise/uuid", "single/prose/uuid")
@@ -14,8 +15,8 @@ ALL_NEEDLES = tuple(f"{t}/{h}/number" for t in TASKS for h in ("noise", "prose")
 class Plan:
     name: str
     lengths: tuple[int, ...]  # prompt tokens N
-    sinks: int  # k
-    tails: tuple[int, ...]  # T
+    sinks: int | None  # k; None: the GGUF's ridgefill.sink_rows, as llama-server and llama-bench use
+    tails: tuple[int, ...] | None  # T; None: the GGUF's ridgefill.tail_rows
     splits: tuple[int, ...] | None  # None: the split of the model's maps
     needle_tasks: tuple[str, ...]  # TaskSpec names
     needle_items: int  # per task and length; depths spread evenly
@@ -32,8 +33,8 @@ class Plan:
 QUICK = Plan(
     name="quick",
     lengths=(1024,),
-    sinks=4,
-    tails=(256,),
+    sinks=None,
+    tails=(256,),  # a 1K prompt keeps rows to fill only with a tail shorter than a GGUF's default (1024)
     splits=None,
     # multikey is left to `full`: SmolLM2-135M misses it even exactly at 1K tokens, and CI time is short
     needle_tasks=("single/noise/number", "single/prose/number", "multivalue/noise/number", "multiquery/prose/number"),
@@ -45,8 +46,8 @@ QUICK = Plan(
 FULL = Plan(
     name="full",
     lengths=(4096,),
-    sinks=4,
-    tails=(1024,),
+    sinks=None,
+    tails=None,
     splits=(15, 17, 18, 20),
     # the quick profile's tasks (all of them: --needle-tasks with ALL_NEEDLES' names); sized so the
     # report (9 runs per item over the 4 splits, ~45 s per 4K run on 2 cores) takes a few resumable hours
@@ -63,4 +64,4 @@ def get(name: str) -> Plan:
     try:
         return PROFILES[name]
     except KeyError:
-        raise ValueError(f"unknown profile {name!r} (one of {', '.join(PROFILES)})") from None
+        raise InputError(f"unknown profile {name!r} (one of {', '.join(PROFILES)})") from None

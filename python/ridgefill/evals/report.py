@@ -55,7 +55,10 @@ def row(recs: list[dict], metric: str, n_boot: int, seed: int) -> dict:
              for v in variant_order(vals)}
     if metric in COUNTS:
         for v in means:
-            means[v]["tokens"] = sum(int(r[COUNTS[metric]]) for r in recs if r["variant"] == v and r.get(metric) is not None)
+            scored = [(float(r[metric]), int(r[COUNTS[metric]])) for r in recs if r["variant"] == v and r.get(metric) is not None]
+            means[v]["tokens"] = sum(n for _, n in scored)
+            # "mean" weights documents alike; this one weights every scored token alike
+            means[v]["token_mean"] = sum(x * n for x, n in scored) / means[v]["tokens"] if means[v]["tokens"] else None
     diffs = {}
     for a, b in stats.pairs(list(means)):
         common = sorted(set(vals[a]) & set(vals[b]))
@@ -94,11 +97,24 @@ def _diff(iv: dict | None) -> str:
     return "" if iv is None else f"{_fmt(iv['mean'])} [{_fmt(iv['lo'])}, {_fmt(iv['hi'])}]"
 
 
+def _mean_cell(m: dict) -> str:
+    cell = f"{_fmt(m['mean'])} (n={m['n']}"
+    if m.get("token_mean") is not None:
+        cell += f", tok {_fmt(m['token_mean'])} over {m['tokens']}"
+    return cell + ")"
+
+
 def markdown(rows: list[dict], plan=None) -> str:
     out = []
     if plan is not None:
         out.append(f"Profile `{plan.name}`: sinks {plan.sinks}, seed {plan.seed}, {plan.n_boot} bootstrap replicates; "
                    f"differences are a - b with 95 % paired-bootstrap intervals.\n")
+        if "loss" in plan.tasks:
+            out.append(f"Loss is scored on the tail's tokens; `loss_distant` only on those whose exact loss falls by "
+                       f">= 2 nats when the model sees the whole prefix instead of the last {plan.window} tokens: "
+                       f"such a token may depend on any row more than {plan.window} back, filled rows "
+                       f"[sinks, N - tail) and sinks alike. Means weight documents alike; `tok` weights every "
+                       f"scored token alike (intervals are per document).\n")
     key = lambda r: (r["task"], r["metric"])  # noqa: E731
     for (task, metric), grp in groupby(sorted(rows, key=key), key=key):
         grp = list(grp)
@@ -108,8 +124,7 @@ def markdown(rows: list[dict], plan=None) -> str:
         out.append("| group | split | tail | N | " + " | ".join(variants + pairs) + " |")
         out.append("|" + " --- |" * (4 + len(variants) + len(pairs)))
         for r in grp:
-            means = [f"{_fmt(r['means'][v]['mean'])} (n={r['means'][v]['n']})" if v in r["means"] else ""
-                     for v in variants]
+            means = [_mean_cell(r["means"][v]) if v in r["means"] else "" for v in variants]
             cells = [r["group"], str(r["split"]), str(r["tail"]), str(r["n_tokens"])] + means + [
                 _diff(r["diffs"].get(p)) for p in pairs]
             out.append("| " + " | ".join(cells) + " |")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -23,6 +23,7 @@ from . import loss, measure, needle, report
 from .profiles import Plan
 from .session import DEFAULT_VARIANTS, Session, Variant
 from .store import ResultStore
+from ..errors import InputError
 
 TASKS = ("needle", "loss")
 
@@ -106,8 +107,36 @@ def resolve_splits(plan: Plan, session: Session) -> list[int]:
         return list(plan.splits)
     found = session.map_splits()
     if not found:
-        raise ValueError(f"{session.base.path} has no ridge maps; give the split layer(s) to measure")
+        raise InputError(f"{session.base.path} has no ridge maps; give the split layer(s) to measure")
     return found
+
+
+def resolve_rows(plan: Plan, session: Session) -> Plan:
+    """Sinks and tails the plan leaves open (None) come from the GGUF, as in llama-server and llama-bench."""
+    sinks, tail = session.default_rows()
+    return replace(plan, sinks=sinks if plan.sinks is None else plan.sinks,
+                   tails=(tail,) if plan.tails is None else plan.tails)
+
+
+def check_models(store: ResultStore, jobs: Sequence[Job], session: Session) -> None:
+    """Refuse to resume records that another GGUF (other maps, another base) measured."""
+    for job in jobs:
+        rec = store.get(job.key())
+        if rec is None or session.model_for(job.variant, job.split) is None:
+            continue
+        if rec.get("model_sha256") != session.fingerprint(job.variant, job.split):
+            where = f"{job.variant.name}" + ("" if job.split is None else f" at split {job.split}")
+            raise InputError(f"{store.path} holds {where} results measured with another GGUF than "
+                             f"{session.model_for(job.variant, job.split).path} (or by a version that did not "
+                             "record it): use another output directory")
+
+
+def warn_unfilled(plan: Plan, log: Callable[[str], None]) -> None:
+    for n in plan.lengths:
+        for tail in plan.tails:
+            warning = runtime.nothing_filled(n, plan.sinks, tail)
+            if warning:
+                log(warning)
 
 
 def execute(session: Session, job: Job, plan: Plan, store: ResultStore) -> dict | None:
@@ -121,24 +150,24 @@ def execute(session: Session, job: Job, plan: Plan, store: ResultStore) -> dict 
         ref = store.get(("loss", job.item.id, "exact", None, job.sinks, job.tail))
         distant = None if job.variant.name == "exact" else ref["distant"]
         rec = measure.loss_record(ctx, job.item, job.sinks, job.tail, distant, plan.window, hook)
-    return {**job.fields(), **rec}
+    return {**job.fields(), **rec, "model_sha256": session.fingerprint(job.variant, job.split)}
 
 
 def check_plan(plan: Plan, variants: Sequence[Variant]) -> None:
     unknown = set(plan.tasks) - set(TASKS)
     if unknown:
-        raise ValueError(f"unknown task(s) {sorted(unknown)} (one of {', '.join(TASKS)})")
+        raise InputError(f"unknown task(s) {sorted(unknown)} (one of {', '.join(TASKS)})")
     if "loss" in plan.tasks and "exact" not in [v.name for v in variants]:
-        raise ValueError("the loss task needs the exact variant: it defines the distant-dependent tokens")
+        raise InputError("the loss task needs the exact variant: it defines the distant-dependent tokens")
     if not plan.lengths or not plan.tails:
-        raise ValueError("a plan needs at least one length and one tail")
+        raise InputError("a plan needs at least one length and one tail")
 
 
 def check_window(store: ResultStore, plan: Plan) -> None:
     """Resumed loss records must share the plan's distant-token window."""
     used = {r["window"] for r in store.all() if r["task"] == "loss" and "window" in r}
     if used - {plan.window}:
-        raise ValueError(f"{store.path} holds loss results with window {sorted(used)}, not {plan.window}; "
+        raise InputError(f"{store.path} holds loss results with window {sorted(used)}, not {plan.window}; "
                          "use another output directory")
 
 
@@ -148,13 +177,16 @@ def run(session: Session, plan: Plan, out_dir: str | Path, variants: Sequence[Va
     from tqdm import tqdm
 
     t0 = time.monotonic()
+    plan = resolve_rows(plan, session)
     check_plan(plan, variants)
+    warn_unfilled(plan, log)
     out = Path(out_dir)
     store = ResultStore(out / "results.jsonl")
     if "loss" in plan.tasks:
         check_window(store, plan)
     splits = resolve_splits(plan, session)
     all_jobs = list(jobs(make_items(session.base, plan, out / "items"), plan, splits, variants))
+    check_models(store, all_jobs, session)
     unavailable = sorted({f"{j.variant.name}@{j.split}" for j in all_jobs if session.model_for(j.variant, j.split) is None})
     for u in unavailable:
         log(f"skipping {u}: no model with ridge maps at that split")

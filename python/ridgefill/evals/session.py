@@ -13,6 +13,7 @@ from typing import Sequence
 
 from ..runtime import Context, Model
 from .prefill import Hook
+from ..errors import InputError
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ PLUGINS = ("ridgefill.evals.splice",)  # modules that register more variants whe
 def register(variant: Variant) -> Variant:
     """Make a variant (e.g. a splice: ridge + a hook) selectable by name, as in `--modes`."""
     if variant.mode not in ("exact", "identity", "ridge"):
-        raise ValueError(f"variant {variant.name!r}: unknown fill mode {variant.mode!r}")
+        raise InputError(f"variant {variant.name!r}: unknown fill mode {variant.mode!r}")
     REGISTRY[variant.name] = variant
     return variant
 
@@ -64,7 +65,7 @@ def variants_named(names: Sequence[str]) -> tuple[Variant, ...]:
         _load_plugins()
     bad = [n for n in names if n not in REGISTRY]
     if bad:
-        raise ValueError(f"unknown mode(s) {', '.join(bad)} (one of {', '.join(REGISTRY)})")
+        raise InputError(f"unknown mode(s) {', '.join(bad)} (one of {', '.join(REGISTRY)})")
     return tuple(REGISTRY[n] for n in names)
 
 
@@ -72,9 +73,11 @@ class Session:
     def __init__(self, paths: Sequence[str | os.PathLike], n_ctx: int, threads: int | None = None,
                  n_gpu_layers: int = 0, n_batch: int = 2048, n_ubatch: int = 512):
         if not paths:
-            raise ValueError("an evaluation needs at least one model")
+            raise InputError("an evaluation needs at least one model")
         self.models = [Model(p, n_gpu_layers=n_gpu_layers) for p in paths]
         check_same_base(self.models)
+        check_one_per_split(self.models)
+        self._sha: dict[int, str] = {}
         self.ctx_args = dict(n_ctx=n_ctx, n_batch=min(n_batch, n_ctx), n_ubatch=min(n_ubatch, n_batch, n_ctx),
                              threads=threads)
         self._ctx: dict[int, Context] = {}
@@ -105,16 +108,41 @@ class Session:
         ctx.set_fill(variant.mode, None if variant.mode == "exact" else split)
         return ctx
 
+    def fingerprint(self, variant: Variant, split: int | None) -> str:
+        """sha256 of the GGUF that measures `variant` at `split`: records are only resumed for the same file."""
+        from ..fetch import sha256_file
+
+        i = self.models.index(self.model_for(variant, split))
+        if i not in self._sha:
+            self._sha[i] = sha256_file(self.models[i].path)
+        return self._sha[i]
+
+    def default_rows(self) -> tuple[int, int]:
+        """Sinks and tail of the first GGUF's ridgefill.* metadata, else llama.cpp's defaults (4, 1024)."""
+        meta = self.base.metadata
+        return int(meta.get("ridgefill.sink_rows", 4)), int(meta.get("ridgefill.tail_rows", 1024))
+
     def describe(self) -> list[dict]:
         return [{"path": str(m.path), "split": m.rf_split_layer, "base_sha256": m.metadata.get("ridgefill.base_sha256")}
                 for m in self.models]
+
+
+def check_one_per_split(models: Sequence[Model]) -> None:
+    """Ridge at split s must have one model to run on, not whichever comes first."""
+    by_split: dict[int, list[str]] = {}
+    for m in models:
+        if m.rf_split_layer > 0:
+            by_split.setdefault(m.rf_split_layer, []).append(str(m.path))
+    for split, found in sorted(by_split.items()):
+        if len(found) > 1:
+            raise InputError(f"{len(found)} models carry maps at split {split} ({', '.join(found)}): pass one")
 
 
 def check_same_base(models: Sequence[Model]) -> None:
     """Augmented GGUFs must share one base model (and the first model's layer count)."""
     shas = {m.metadata["ridgefill.base_sha256"] for m in models if "ridgefill.base_sha256" in m.metadata}
     if len(shas) > 1:
-        raise ValueError("the models were fitted on different base models: " + ", ".join(sorted(shas)))
+        raise InputError("the models were fitted on different base models: " + ", ".join(sorted(shas)))
     shapes = {(m.n_layer, m.n_embd, m.n_vocab) for m in models}
     if len(shapes) > 1:
-        raise ValueError(f"the models differ in shape (n_layer, n_embd, n_vocab): {sorted(shapes)}")
+        raise InputError(f"the models differ in shape (n_layer, n_embd, n_vocab): {sorted(shapes)}")

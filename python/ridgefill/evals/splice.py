@@ -33,6 +33,7 @@ from .. import costmodel
 from ..runtime import Context
 from .prefill import Head, run_head
 from .session import EXACT_CUT, Variant, register
+from ..errors import InputError
 
 ROW_PARTS = ("k", "v")  # attention layers: one row per position, rows [lo, hi) are spliced
 STATE_PARTS = ("conv", "ssm")  # recurrent layers: one state per sequence
@@ -129,7 +130,7 @@ def splice(head: Head, parts: tuple[str, ...]) -> None:
     layers = late_layers(ctx)
     todo = [(il, p) for il in layers for p in parts if ("k" if p == "knorm" else p) in kinds[il]]
     if not todo:
-        raise ValueError(f"splice {'+'.join(parts)}: no layer after split {ctx.fill_split} caches it "
+        raise InputError(f"splice {'+'.join(parts)}: no layer after split {ctx.fill_split} caches it "
                          f"({ctx.model.arch}; the recurrent state needs a hybrid model)")
     if hi <= lo:
         return  # nothing was filled (e.g. T >= N): nothing to splice

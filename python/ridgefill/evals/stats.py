@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import numpy as np
+from ..errors import InputError
 
 N_BOOT = 10_000
 LEVEL = 0.95
@@ -43,9 +44,9 @@ def paired_bootstrap(a, b, clusters: Sequence | None = None, n_boot: int = N_BOO
     """Percentile interval of mean(a - b), resampling clusters; a[i] and b[i] are one item."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1 or len(a) == 0:
-        raise ValueError(f"need two equal-length, non-empty 1-D samples (got {a.shape} and {b.shape})")
+        raise InputError(f"need two equal-length, non-empty 1-D samples (got {a.shape} and {b.shape})")
     if clusters is not None and len(clusters) != len(a):
-        raise ValueError(f"{len(clusters)} cluster labels for {len(a)} items")
+        raise InputError(f"{len(clusters)} cluster labels for {len(a)} items")
     sums, counts = cluster_sums(a - b, clusters)
     reps = replicates(sums, counts, n_boot, np.random.default_rng(seed))
     tail = 100 * (1 - level) / 2
