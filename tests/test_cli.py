@@ -46,3 +46,19 @@ def test_info_on_bad_file_is_an_error_not_a_crash(tmp_path, capsys):
     code, _, err = main(capsys, "info", str(bad))
     assert code == 1
     assert "not a GGUF" in err
+
+
+def test_every_list_option_takes_spaces_commas_or_both(capsys):
+    from ridgefill import cli
+
+    ap = cli.build_parser()
+    bt = ap.parse_args(["bench", "ttft", "--model", "m.gguf", "--lengths", "1024,2048", "4096", "--modes", "exact,ridge"])
+    assert bt.lengths == (1024, 2048, 4096) and bt.modes == ("exact", "ridge") and bt.paths == ("bench", "server")
+    ev = ap.parse_args(["eval", "needle", "--split", "15", "17,18", "--tail", "256,512", "--lengths", "1024"])
+    assert (ev.split, ev.tail, ev.lengths) == ((15, 17, 18), (256, 512), (1024,))
+    with pytest.raises(SystemExit):
+        ap.parse_args(["bench", "ttft", "--model", "m.gguf", "--modes", "exact,fast"])
+    assert "'fast' is not one of exact, identity, ridge" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ap.parse_args(["eval", "needle", "--lengths", "1k"])
+    assert "'1k' is not a valid int" in capsys.readouterr().err

@@ -8,6 +8,7 @@ import os
 import sys
 
 from . import models
+from .cli_args import list_option
 from .errors import InputError, RidgefillError
 
 
@@ -311,9 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bt = bp.add_parser("ttft", help="TTFT exact vs fill through the patched llama-bench and llama-server, interleaved")
     bt.add_argument("--model", required=True, help="augmented GGUF (ridge), or any GGUF with --modes exact identity")
-    bt.add_argument("--lengths", type=int, nargs="+", default=[4096])
+    list_option(bt, "--lengths", int, default=[4096])
     bt.add_argument("--runs", type=int, default=5, help="interleaved runs per mode (median reported)")
-    bt.add_argument("--modes", nargs="+", default=["exact", "identity", "ridge"], choices=["exact", "identity", "ridge"])
+    list_option(bt, "--modes", default=["exact", "identity", "ridge"], choices=["exact", "identity", "ridge"])
     bt.add_argument("--threads", type=int, default=2)
     bt.add_argument("--split", type=int, default=None, help="default: the model's ridgefill.split_layer")
     bt.add_argument("--sinks", type=int, default=None)
@@ -322,8 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--ubatch", type=int, default=512)
     bt.add_argument("--json", action="store_true", help="print the JSON summary instead of a table")
     bt.add_argument("--json-out", help="also write the JSON summary here")
-    bt.add_argument("--paths", nargs="+", default=["bench", "server"], choices=["bench", "server"],
-                    help="measure through llama-bench, llama-server or both (default)")
+    list_option(bt, "--paths", default=["bench", "server"], choices=["bench", "server"],
+                help="measure through llama-bench, llama-server or both (default)")
     bt.add_argument("--plot", metavar="PNG", help="write TTFT and speed-up vs length (bound drawn) here")
     bt.add_argument("--quiet", action="store_true")
     bt.set_defaults(func=_cmd_bench_ttft)

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from .cli_args import list_option
 from .errors import RidgefillError
 from .evals import profiles
 
@@ -32,20 +33,6 @@ def splice_modes(model) -> tuple[str, ...]:
     return SPLICE_MODES + (HYBRID_SPLICE_MODES if Shape.from_model(model).attn_interval else ())
 
 
-def int_list(text: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not vals:
-        raise argparse.ArgumentTypeError("expected at least one integer")
-    return vals
-
-
-def str_list(text: str) -> tuple[str, ...]:
-    return tuple(x for x in text.replace(" ", "").split(",") if x)
-
-
 def add_eval_parser(sub) -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="quality of split prefill: needles, distant-token loss, bootstrap intervals")
     es = ev.add_subparsers(dest="eval_cmd", required=True)
@@ -65,16 +52,15 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                                                 "a rerun with the same directory resumes")
     p.add_argument("--json", action="store_true", help="print results.json (summary and per-item records) to stdout")
     p.add_argument("--seed", type=int, help="item generation and bootstrap seed")
-    p.add_argument("--split", type=int_list, metavar="S[,S...]", help="split layers (default: the profile's, "
-                                                                       "else the maps' split)")
+    list_option(p, "--split", int, metavar="S", help="split layers (default: the profile's, else the maps' split)")
     p.add_argument("--sinks", type=int, metavar="K", help="sink rows k")
-    p.add_argument("--tail", type=int_list, metavar="T[,T...]", help="tail rows T")
-    p.add_argument("--lengths", type=int_list, metavar="N[,N...]", help="prompt lengths in tokens")
-    p.add_argument("--modes", type=str_list, default=None,
+    list_option(p, "--tail", int, metavar="T", help="tail rows T")
+    list_option(p, "--lengths", int, metavar="N", help="prompt lengths in tokens")
+    list_option(p, "--modes", default=None,
                    help="variants to run (default exact,identity,ridge; also exact-cut: exact values in the fill "
                         "run's batches; ridge-k, -v, -knorm, -kv, -state, -all: splices; eval splice runs "
                         "exact,exact-cut,ridge and the ridge splices)")
-    p.add_argument("--needle-tasks", type=str_list, metavar="TASK[,TASK...]",
+    list_option(p, "--needle-tasks", metavar="TASK",
                    help="needle tasks as task/haystack/value, e.g. single/noise/uuid,multikey/prose/number")
     p.add_argument("--items", type=int, metavar="N", help="needle items per task and length")
     p.add_argument("--docs", type=int, metavar="N", help="documents per length for the loss")

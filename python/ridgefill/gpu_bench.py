@@ -120,6 +120,8 @@ def _gpu_name() -> str:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
+    from .cli_args import list_option
+
     ap = argparse.ArgumentParser(prog="python -m ridgefill.gpu_bench")
     sub = ap.add_subparsers(dest="cmd", required=True)
     pc = sub.add_parser("pack", help="write the carry folder (run where the repo was built)")
@@ -127,15 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     pc.add_argument("--dest", type=Path, required=True)
     gn = sub.add_parser("gen", help="write the shapes' GGUFs ahead (e.g. while the build runs)")
     gn.add_argument("--tokenizer", type=Path, required=True)
-    gn.add_argument("--shapes", nargs="+", default=["llama-3.1-8b", "qwen3-8b"])
-    gn.add_argument("--lengths", type=int, nargs="+", default=[16384, 32768, 65536, 131072])
+    list_option(gn, "--shapes", default=["llama-3.1-8b", "qwen3-8b"])
+    list_option(gn, "--lengths", int, default=[16384, 32768, 65536, 131072])
     gn.add_argument("--weight-type", default="f16", choices=["f16", "q8_0"])
     gn.add_argument("--workdir", type=Path, required=True)
     rn = sub.add_parser("run", help="synthetic shapes + TTFT through a (CUDA) llama-bench")
     rn.add_argument("--llama-bench", type=Path, required=True)
     rn.add_argument("--tokenizer", type=Path, required=True)
-    rn.add_argument("--shapes", nargs="+", default=["llama-3.1-8b", "qwen3-8b"])
-    rn.add_argument("--lengths", type=int, nargs="+", default=[16384, 32768, 65536, 131072])
+    list_option(rn, "--shapes", default=["llama-3.1-8b", "qwen3-8b"])
+    list_option(rn, "--lengths", int, default=[16384, 32768, 65536, 131072])
     rn.add_argument("--runs", type=int, default=3)
     rn.add_argument("--tail", type=int, default=2048)
     rn.add_argument("--sinks", type=int, default=4)

@@ -1,0 +1,35 @@
+"""The one list-argument convention of the command line.
+
+Every option that takes several values accepts them space-separated, comma-separated or both:
+`--lengths 1024 2048`, `--lengths 1024,2048` and `--lengths 1024, 2048` are the same list.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable, Sequence
+
+
+class _Flatten(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, tuple(v for group in values for v in group))
+
+
+def list_option(p: argparse.ArgumentParser, flag: str, item: Callable = str, choices: Sequence | None = None,
+                **kwargs) -> argparse.Action:
+    """Add `flag` taking one or more values of type `item` (optionally from `choices`), as a tuple."""
+    def parse(text: str) -> list:
+        out = []
+        for x in (x for x in text.split(",") if x.strip()):
+            try:
+                v = item(x.strip())
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{x.strip()!r} is not a valid {item.__name__}") from None
+            if choices is not None and v not in choices:
+                raise argparse.ArgumentTypeError(f"{v!r} is not one of {', '.join(map(str, choices))}")
+            out.append(v)
+        return out
+
+    if "default" in kwargs and kwargs["default"] is not None:
+        kwargs["default"] = tuple(kwargs["default"])
+    return p.add_argument(flag, nargs="+", type=parse, action=_Flatten, **kwargs)
