@@ -1,18 +1,16 @@
-"""Pythonic wrapper of ridgefill._core: models, contexts, prefill, scoring and capture."""
+"""Pythonic wrapper of ridgefill._core: models and contexts (the prefill orchestration is split_prefill)."""
 
 from __future__ import annotations
 
 import os
-import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from . import _core
+from . import _core, split_prefill
 from .errors import InputError, LoadError, MissingFile
+from .split_prefill import PrefillResult, fill_range, head_stop, nothing_filled  # noqa: F401  (the runtime's API)
 
 GGUF_MAGIC = b"GGUF"
 
@@ -105,38 +103,6 @@ class Model:
         return Context(self, **kwargs)
 
 
-@dataclass
-class PrefillResult:
-    n_tokens: int
-    seconds: float
-    logits: np.ndarray  # last row's logits, (n_vocab,)
-    chunks: list[tuple[int, int]] = field(default_factory=list)  # (start, length) of each decode call
-    n_filled: int = 0  # rows that ran the fill graph
-    n_full: int = 0  # rows that ran the full model
-    fill_range: tuple[int, int] = (0, 0)  # positions [p0, p1) that were eligible for fill
-
-
-def fill_range(n_tokens: int, sinks: int, tail: int, pos0: int = 0) -> tuple[int, int]:
-    """Filled positions [pos0+k, pos0+N-T) of a prompt; empty when N - T <= k."""
-    if sinks < 0 or tail < 0:
-        raise InputError(f"sinks and tail must be >= 0 (got sinks={sinks}, tail={tail})")
-    lo, hi = pos0 + sinks, pos0 + n_tokens - tail
-    return (lo, hi) if hi > lo else (0, 0)
-
-
-def nothing_filled(n_tokens: int, sinks: int, tail: int) -> str | None:
-    """A warning when a prompt of n_tokens has no row to fill (tail >= N - sinks), else None."""
-    if fill_range(n_tokens, sinks, tail) != (0, 0):
-        return None
-    return (f"WARNING: a {n_tokens}-token prompt with {sinks} sinks and tail {tail} fills nothing "
-            f"(tail >= N - sinks): every fill mode runs the exact model there")
-
-
-def head_stop(n_tokens: int, tail: int) -> int:
-    """First tail row of a split prefill; the last row always belongs to the tail (it carries an output)."""
-    return max(0, min(n_tokens - tail, n_tokens - 1))
-
-
 class Context:
     """An inference context: KV cache, batch sizes, threads, optional layer-input capture."""
 
@@ -221,143 +187,45 @@ class Context:
     fill_mode = property(lambda self: self._c.fill_mode)
     fill_split = property(lambda self: self._c.fill_split)
 
-    def prefill(
-        self,
-        tokens,
-        pos0: int = 0,
-        seq_id: int = 0,
-        on_chunk: Callable[["Context", int, int], None] | None = None,
-        sinks: int | None = None,
-        tail: int | None = None,
-        before_tail: Callable[["Context"], None] | None = None,
-    ) -> PrefillResult:
-        """Decode a prompt of any length in n_batch chunks; logits of the last row only.
-
-        With a fill mode set, rows [k, N-T) are filled (k = sinks, T = tail; defaults from the
-        model's ridgefill metadata); the first k and last T rows run the full model.
-        `on_chunk(ctx, start, n)` runs after each decode call, e.g. to read captured layer inputs.
-        `before_tail(ctx)` runs once the rows before the tail are in the cache and before the tail
-        is decoded (in every mode, so that exact and fill runs see the same batches), e.g. to
-        splice exact K/V into the filled rows.
-        """
-        tokens = np.asarray(tokens, dtype=np.int32)
-        if before_tail is None:
-            sinks, tail = self._sinks_tail(sinks, tail)
-            rng = (0, 0) if self.fill_mode == "exact" else fill_range(len(tokens), sinks, tail, pos0)
-            with self._filling(seq_id, rng):
-                res = self._prefill(tokens, pos0, seq_id, on_chunk)
-        else:
-            head = self.prefill_head(tokens, sinks, tail, pos0, seq_id, on_chunk)
-            before_tail(self)
-            stop = head.n_tokens
-            res = self._prefill(tokens[stop:], pos0 + stop, seq_id, on_chunk, offset=stop)
-            res.n_tokens, rng = len(tokens), head.fill_range
-        res.n_filled, res.n_full = self._c.fill_counts()
-        res.fill_range = rng
-        return res
+    def prefill(self, tokens, pos0: int = 0, seq_id: int = 0, on_chunk=None, sinks: int | None = None,
+                tail: int | None = None, before_tail=None) -> PrefillResult:
+        """split_prefill.prefill on this context."""
+        return split_prefill.prefill(self, tokens, pos0, seq_id, on_chunk, sinks, tail, before_tail)
 
     def prefill_head(self, tokens, sinks: int | None = None, tail: int | None = None, pos0: int = 0, seq_id: int = 0,
-                     on_chunk: Callable[["Context", int, int], None] | None = None) -> PrefillResult:
-        """The first phase of a split prefill: rows [0, N-T) with no outputs, rows [k, N-T) filled.
+                     on_chunk=None) -> PrefillResult:
+        """split_prefill.prefill_head on this context."""
+        return split_prefill.prefill_head(self, tokens, sinks, tail, pos0, seq_id, on_chunk)
 
-        The rest of the prompt (the tail, from row head.n_tokens on) is for the caller to
-        decode, e.g. with token_logprobs() outputs, after reading or splicing the cache.
-        """
-        tokens = np.asarray(tokens, dtype=np.int32)
-        if tokens.ndim != 1 or len(tokens) == 0:
-            raise InputError("prefill needs a non-empty 1-D token array")
-        sinks, tail = self._sinks_tail(sinks, tail)
-        stop = head_stop(len(tokens), tail)
-        rng = (0, 0) if self.fill_mode == "exact" else fill_range(stop, sinks, 0, pos0)
-        if stop == 0:  # a one-row prompt: all tail
-            self._c.reset_fill_counts()
-            res = PrefillResult(0, 0.0, np.empty(0, np.float32), [])
-        else:
-            with self._filling(seq_id, rng):
-                res = self._prefill(tokens[:stop], pos0, seq_id, on_chunk, last_output=False)
-        res.n_filled, res.n_full = self._c.fill_counts()
-        res.fill_range = rng
-        return res
+    def continuation_logprobs(self, prefix, continuation, seq_id: int = 0) -> np.ndarray:
+        """split_prefill.continuation_logprobs on this context."""
+        return split_prefill.continuation_logprobs(self, prefix, continuation, seq_id)
+
+    def greedy(self, prompt, n_new: int, seq_id: int = 0, stop: Sequence[int] = (),
+               sinks: int | None = None, tail: int | None = None) -> list[int]:
+        """split_prefill.greedy on this context."""
+        return split_prefill.greedy(self, prompt, n_new, seq_id, stop, sinks, tail)
+
+    def greedy_continue(self, logits: np.ndarray, pos: int, n_new: int, seq_id: int = 0,
+                        stop: Sequence[int] = ()) -> list[int]:
+        """split_prefill.greedy_continue on this context."""
+        return split_prefill.greedy_continue(self, logits, pos, n_new, seq_id, stop)
 
     def token_logprobs(self, targets) -> np.ndarray:
         """log p(targets[i]) under output row i of the last decode call (float64)."""
         return self._c.token_logprobs(np.asarray(targets, dtype=np.int32))
 
-    def _sinks_tail(self, sinks: int | None, tail: int | None) -> tuple[int, int]:
-        return (self.model.rf_sink_rows if sinks is None else sinks, self.model.rf_tail_rows if tail is None else tail)
+    def set_fill_range(self, seq_id: int, p0: int, p1: int) -> None:
+        """Rows of seq_id at positions [p0, p1) take the fill path while a fill mode is set; p1 <= p0 clears."""
+        self._c.set_fill_range(seq_id, p0, p1)
 
-    @contextmanager
-    def _filling(self, seq_id: int, rng: tuple[int, int]):
-        """Fill positions [rng) of seq_id while decoding inside (row counts from zero); later decodes run exact."""
-        self._c.set_fill_range(seq_id, *rng)
+    def fill_counts(self) -> tuple[int, int]:
+        """(rows that ran the fill graph, rows that ran the full model) since the last reset."""
+        return self._c.fill_counts()
+
+    def reset_fill_counts(self) -> None:
         self._c.reset_fill_counts()
-        try:
-            yield
-        finally:
-            self._c.set_fill_range(seq_id, 0, 0)
 
-    def _prefill(self, tokens, pos0, seq_id, on_chunk, last_output: bool = True, offset: int = 0) -> PrefillResult:
-        """`offset`: index of tokens[0] in the caller's prompt (on_chunk gets prompt indices)."""
-        if tokens.ndim != 1 or len(tokens) == 0:
-            raise InputError("prefill needs a non-empty 1-D token array")
-        if pos0 + len(tokens) > self.n_ctx:
-            raise InputError(f"prompt of {len(tokens)} tokens at position {pos0} does not fit n_ctx={self.n_ctx}")
-        chunks = []
-        t0 = time.perf_counter()
-        for start, n in self.decode_chunks(tokens, pos0, seq_id, "last" if last_output else "none"):
-            chunks.append((offset + start, n))
-            if on_chunk is not None:
-                on_chunk(self, offset + start, n)
-        seconds = time.perf_counter() - t0
-        logits = self._c.logits()[0] if last_output else np.empty(0, np.float32)
-        return PrefillResult(len(tokens), seconds, logits, chunks)
-
-    def continuation_logprobs(self, prefix, continuation, seq_id: int = 0) -> np.ndarray:
-        """log p(continuation[i] | prefix, continuation[:i]) for every i, after clearing `seq_id`.
-
-        The primitive for every loss metric: the prefix is decoded without outputs, the
-        continuation with outputs on every row that predicts a continuation token.
-        """
-        prefix = np.asarray(prefix, dtype=np.int32)
-        cont = np.asarray(continuation, dtype=np.int32)
-        if len(prefix) == 0 or len(cont) == 0:
-            raise InputError("prefix and continuation must both be non-empty")
-        seq = np.concatenate([prefix, cont])
-        if len(seq) > self.n_ctx:
-            raise InputError(f"{len(seq)} tokens do not fit n_ctx={self.n_ctx}")
-        self.seq_rm(seq_id)
-        # rows [len(prefix)-1, len(seq)-1) predict the continuation tokens
-        first = len(prefix) - 1
-        rows = np.arange(len(seq) - 1)
-        out = np.empty(len(cont), dtype=np.float64)
-        for start, n in self.decode_chunks(seq[:-1], 0, seq_id, rows >= first):
-            idx = rows[start : start + n][rows[start : start + n] >= first] - first
-            if len(idx):
-                out[idx] = self._c.token_logprobs(cont[idx])
-        return out
-
-    def greedy(self, prompt, n_new: int, seq_id: int = 0, stop: Sequence[int] = (),
-               sinks: int | None = None, tail: int | None = None) -> list[int]:
-        """Clear `seq_id`, prefill `prompt` (sinks/tail as in prefill), then decode greedily (argmax)
-        up to n_new tokens; every decoding step runs the full model."""
-        self.seq_rm(seq_id)
-        res = self.prefill(prompt, seq_id=seq_id, sinks=sinks, tail=tail)
-        return self.greedy_continue(res.logits, len(prompt), n_new, seq_id, stop)
-
-    def greedy_continue(self, logits: np.ndarray, pos: int, n_new: int, seq_id: int = 0,
-                        stop: Sequence[int] = ()) -> list[int]:
-        """Up to n_new greedy tokens after a prompt of `pos` rows whose last row gave `logits`."""
-        out: list[int] = []
-        stops = {int(s) for s in stop} | {self.model.eos}
-        for _ in range(n_new):
-            tok = int(np.argmax(logits))
-            if tok in stops or pos >= self.n_ctx:
-                break
-            out.append(tok)
-            self._c.decode(np.array([tok], dtype=np.int32), pos, seq_id, "last")
-            logits = self._c.logits()[0]
-            pos += 1
-        return out
 
     # ---- cache access (splice tests) ----------------------------------------------------
 

@@ -3,7 +3,7 @@
 A prompt of N rows with sinks k and tail T is decoded in two phases:
 
 1. the head, rows [0, N-T): no outputs; in a fill mode rows [k, N-T) take the fill path
-   (Context.prefill_head);
+   (split_prefill.prefill_head, through Context.prefill_head);
 2. the tail, rows [N-T, N): the full model, with outputs where the metric needs them:
    every row's next-token log-probability (tail_logprobs) or a greedy answer (greedy).
 
