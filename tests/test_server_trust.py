@@ -147,3 +147,10 @@ def test_every_ridge_request_fills_its_range_under_continuous_batching(smollm2_p
         t = results[f"fill{i}"]["timings"]
         assert (t["ridgefill_filled_n"], t["ridgefill_full_n"]) == (n - sink - tail, sink + tail), (i, t)
         assert "ridgefill_filled_n" not in results[f"exact{i}"]["timings"]
+
+
+def test_identity_without_a_split_on_a_model_without_maps_says_what_to_pass(smollm2_path, tmp_path):
+    log = tmp_path / "server.log"
+    with pytest.raises(ServerError, match="exited with code 1 during startup"):
+        LlamaServer(smollm2_path, ["--ridgefill", "identity"], ctx=CTX, threads=2, log=log).start()
+    assert "identity fill needs one in [1, 29] (--ridgefill-split N" in log.read_text(errors="replace")
