@@ -92,6 +92,14 @@ def _cmd_convert(args) -> int:
     return 0
 
 
+def _cmd_hf_to_gguf(args) -> int:
+    from .hf_convert import hf_to_gguf
+
+    out = hf_to_gguf(args.hf_dir, args.output, args.outtype, args.quantize, args.threads)
+    print(f"wrote {out}; next: ridgefill fit {out} --split S -o OUT.gguf")
+    return 0
+
+
 def _cmd_inspect(args) -> int:
     from . import pack
 
@@ -287,6 +295,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pack_args(cv)
     cv.add_argument("-o", "--output", required=True)
     cv.set_defaults(func=_cmd_convert)
+
+    hf = sub.add_parser("hf-to-gguf", help="Hugging Face checkpoint -> GGUF (upstream convert_hf_to_gguf.py), "
+                                           "optionally quantized (llama-quantize); then `ridgefill fit` it")
+    hf.add_argument("hf_dir", help="checkpoint folder (config.json, safetensors, tokenizer)")
+    hf.add_argument("--outtype", default="f16", help="what the converter writes: f32, f16 (default), bf16, q8_0")
+    hf.add_argument("--quantize", metavar="TYPE", help="then llama-quantize to TYPE (e.g. Q4_K_M, Q8_0)")
+    hf.add_argument("--threads", type=int, default=None)
+    hf.add_argument("-o", "--output", required=True, help="GGUF to write")
+    hf.set_defaults(func=_cmd_hf_to_gguf)
 
     ins = sub.add_parser("inspect", help="RidgeFill metadata, map sizes and the loader's checks of an augmented GGUF "
                                          "(exit 1 if a check fails)")
