@@ -114,3 +114,65 @@ def test_hf_backend_agrees_with_llama_backend(smollm2_path, llama_stats):
     diffs = [abs(fa.r2_ridge - fb.r2_ridge) for fa, fb in zip(a.fits, b.fits)]
     print("held-out R² llama vs hf:", [(f.layer, round(fa.r2_ridge, 4), round(fb.r2_ridge, 4)) for f, fa, fb in zip(a.fits, a.fits, b.fits)])
     assert max(diffs) < 0.03
+
+
+def _synthetic_capture(stats, docs, cfg):
+    """accumulate() with a deterministic stand-in for a model's activations: row p of a window is a
+    fixed random embedding of its token, and each late layer a fixed linear function of it."""
+    from ridgefill.calibrate import accumulate
+
+    rng = np.random.default_rng(0)
+    d, m = stats.identity.n_embd, len(stats.layers)
+    table, maps = rng.normal(size=(300, d)), rng.normal(size=(m, d, d))
+
+    def process(w, mom):
+        x = table[w[cfg.sinks:] % 300]
+        mom.update(x, [x @ a for a in maps])
+
+    tokenize = lambda text: np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int32)  # noqa: E731
+    return accumulate(stats, docs, cfg, tokenize, bos=None, backend="synthetic", process=process)
+
+
+def test_shards_merge_to_the_single_run():
+    """--shard i/n: the n shards process disjoint windows that together are the single run's."""
+    from ridgefill.calibrate import CalibrationError, CaptureConfig
+    from ridgefill.corpus import Document
+    from ridgefill.stats import CalibrationStats, ModelIdentity
+
+    ident = ModelIdentity("llama", 6, 8, "0" * 64)
+    docs = [Document(f"doc{i}", ("word%d " % i) * (50 + 37 * i)) for i in range(12)]
+    one = _synthetic_capture(CalibrationStats(ident, 3), docs, CaptureConfig(split=3, tokens=4000, window=128))
+    parts = [_synthetic_capture(CalibrationStats(ident, 3), docs, CaptureConfig(split=3, tokens=4000, window=128,
+                                                                                   shard=(i, 3))) for i in range(3)]
+    assert all(0 < p.train.n < one.train.n for p in parts)
+    merged = parts[0]
+    for p in parts[1:]:
+        merged.merge(p)
+    for a, b in ((merged.train, one.train), (merged.heldout, one.heldout)):
+        assert a.n == b.n
+        for k in ("sum_x", "sum_y", "xtx", "xty", "yy"):
+            np.testing.assert_allclose(getattr(a, k), getattr(b, k), rtol=1e-12, atol=1e-9)
+    assert merged.provenance.n_tokens == one.provenance.n_tokens
+    assert sorted(merged.provenance.documents) == sorted(one.provenance.documents)
+    with pytest.raises(CalibrationError, match="0 <= i < n"):
+        CaptureConfig(split=3, shard=(3, 3))
+
+
+@pytest.mark.slow
+def test_sharded_calibration_of_the_real_model_merges_to_the_single_run(smollm2_path, tmp_path):
+    """`ridgefill calibrate --shard i/2` twice, merged by `fit --stats a --stats b`'s loader: the single run's sums."""
+    from ridgefill.stats import CalibrationStats
+
+    def calibrate(out, *extra):
+        run = subprocess.run([sys.executable, "-m", "ridgefill", "calibrate", str(smollm2_path), "--split", "20",
+                              "--tokens", "1536", "--window", "256", "--threads", "2", "-o", str(out), *extra],
+                             capture_output=True, text=True, timeout=900)
+        assert run.returncode == 0, run.stderr[-2000:]
+        return out
+
+    one = CalibrationStats.load(calibrate(tmp_path / "one.npz"))
+    merged = pipeline.load_stats([calibrate(tmp_path / f"s{i}.npz", "--shard", f"{i}/2") for i in (0, 1)])
+    assert merged.train.n == one.train.n and merged.heldout.n == one.heldout.n
+    for a, b in ((merged.train, one.train), (merged.heldout, one.heldout)):
+        for k in ("sum_x", "xtx", "xty", "yy"):
+            np.testing.assert_allclose(getattr(a, k), getattr(b, k), rtol=1e-9, atol=1e-6)

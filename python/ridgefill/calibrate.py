@@ -4,6 +4,10 @@ Backend `llama`: the patched llama.cpp via the bindings (works on quantized GGUF
 Each document is cut into windows that start with BOS; the first `sinks` rows of every
 window are excluded (they run full at inference and their activations are outliers).
 Whole documents go either to the training or the held-out statistics, never both.
+
+Sharding (`shard=(i, n)`): every run enumerates the same windows in the same order; shard i
+processes the windows whose index is i mod n, so the n shards' merged statistics are the
+single run's (the sums in another order).
 """
 
 from __future__ import annotations
@@ -33,6 +37,12 @@ class CaptureConfig:
     sinks: int = 4
     n_batch: int = 512
     threads: int | None = None
+    shard: tuple[int, int] = (0, 1)  # (i, n): this run processes windows i, i+n, i+2n, ...
+
+    def __post_init__(self):
+        i, n = self.shard
+        if not (isinstance(i, int) and isinstance(n, int) and 0 <= i < n):
+            raise CalibrationError(f"shard must be i/n with 0 <= i < n, not {i}/{n}")
 
 
 def check_split(identity: ModelIdentity, split: int) -> None:
@@ -84,18 +94,27 @@ def accumulate(stats: CalibrationStats, docs: list[Document], cfg: CaptureConfig
                progress: Callable[[int], None] | None = None) -> CalibrationStats:
     """Feed documents to a capture backend: training and held-out documents, each within its budget."""
 
+    shard, n_shards = cfg.shard
+
     def run(doc_set: list[Document], mom: Moments, budget: int) -> Provenance:
         prov = Provenance(sinks=cfg.sinks, window=cfg.window, backend=backend)
-        used = []
+        used, seen, k = [], 0, 0  # seen: tokens of every shard's windows so far; k: window index
         for doc in doc_set:
-            if prov.n_tokens >= budget:
+            if seen >= budget:
                 break
-            for w in windows(tokenize(doc.text), bos, cfg.window, budget - prov.n_tokens, cfg.sinks + 16):
+            mine = False
+            for w in windows(tokenize(doc.text), bos, cfg.window, budget - seen, cfg.sinks + 16):
+                seen += len(w)
+                k += 1
+                if (k - 1) % n_shards != shard:
+                    continue
                 process(w, mom)
                 prov.n_tokens += len(w)
+                mine = True
                 if progress:
                     progress(len(w))
-            used.append(doc)
+            if mine:
+                used.append(doc)
         prov.documents = [d.name for d in used]
         prov.corpus_hash = corpus_hash(used)
         return prov
@@ -124,7 +143,7 @@ def capture_llama(model_path, docs: list[Document], cfg: CaptureConfig, identity
 
     bos = model.bos if model.add_bos else None
     stats = accumulate(CalibrationStats(identity, cfg.split), docs, cfg, model.tokenize, bos, "llama", process, progress)
-    return check_rows(stats)
+    return check_rows(stats, cfg)
 
 
 def _accumulate(ctx, start: int, n: int, layers: list[int], sinks: int, mom: Moments) -> None:
@@ -134,8 +153,11 @@ def _accumulate(ctx, start: int, n: int, layers: list[int], sinks: int, mom: Mom
     mom.update(x, ys)
 
 
-def check_rows(stats: CalibrationStats) -> CalibrationStats:
-    """Refuse statistics without rows; warn when there are too few rows for n_embd."""
+def check_rows(stats: CalibrationStats, cfg: CaptureConfig) -> CalibrationStats:
+    """Refuse statistics without rows; warn when there are too few rows for n_embd. A shard's rows are
+    checked once merged (fitting refuses empty statistics), so a shard may hold none."""
+    if cfg.shard[1] > 1:
+        return stats
     if stats.train.n == 0 or stats.heldout.n == 0:
         raise CalibrationError("calibration produced no rows (documents too short or token budget too small)")
     d = stats.identity.n_embd

@@ -71,4 +71,4 @@ def capture_hf(model, tokenize: Callable[[str], np.ndarray], bos: int | None, do
     finally:
         for h in handles:
             h.remove()
-    return check_rows(stats)
+    return check_rows(stats, cfg)

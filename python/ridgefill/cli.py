@@ -45,7 +45,7 @@ def _capture_config(args):
     from .calibrate import CaptureConfig
 
     return CaptureConfig(split=args.split, tokens=args.tokens, heldout_frac=args.heldout_frac,
-                         window=args.window, sinks=args.sinks, threads=args.threads)
+                         window=args.window, sinks=args.sinks, threads=args.threads, shard=args.shard)
 
 
 def _cmd_calibrate(args) -> int:
@@ -136,6 +136,21 @@ def _add_capture_args(p, split_required: bool):
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--backend", choices=("llama", "hf"), default="llama", help="capture through llama.cpp or transformers")
     p.add_argument("--hf", help="HF checkpoint for --backend hf (default: transformers loads the GGUF itself)")
+    p.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
+                   help="process windows I, I+N, ... of the corpus (0 <= I < N): the N shards' statistics, merged "
+                        "with `fit --stats`, are the single run's")
+
+
+def _shard(text: str) -> tuple[int, int]:
+    import argparse
+
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N, e.g. 0/2, not {text!r}") from None
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"shard {text}: need 0 <= I < N")
+    return i, n
 
 
 def _add_pack_args(p):

@@ -23,7 +23,8 @@ def calibrate(base: str | os.PathLike, cfg: CaptureConfig, corpus_paths: list[st
     check_arch(identity)
     check_split(identity, cfg.split)
     docs = documents(corpus_paths)
-    with tqdm(total=cfg.tokens, unit="tok", desc=f"calibrate ({backend})", disable=not show_progress) as bar:
+    shard = "" if cfg.shard[1] == 1 else f", shard {cfg.shard[0]}/{cfg.shard[1]}"
+    with tqdm(total=cfg.tokens // cfg.shard[1], unit="tok", desc=f"calibrate ({backend}{shard})", disable=not show_progress) as bar:
         if backend == "llama":
             stats = capture_llama(base, docs, cfg, identity, progress=bar.update)
         elif backend == "hf":

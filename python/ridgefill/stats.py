@@ -46,7 +46,7 @@ class Provenance:
 
     def merged(self, other: "Provenance") -> "Provenance":
         return Provenance(
-            documents=self.documents + other.documents,
+            documents=self.documents + [d for d in other.documents if d not in self.documents],
             n_tokens=self.n_tokens + other.n_tokens,
             corpus_hash=",".join(h for h in (self.corpus_hash, other.corpus_hash) if h),
             sinks=self.sinks,
