@@ -3,6 +3,7 @@
 // Everything that can abort inside llama.cpp (GGML_ASSERT) is validated here first and
 // turned into a Python exception; decode calls run with the GIL released.
 
+#include "ggml-backend.h"
 #include "llama.h"
 #include "llama-ext.h"
 #include "llama-rf-state.h"
@@ -107,6 +108,32 @@ using i32_array = py::array_t<int32_t, py::array::c_style | py::array::forcecast
 using f32_array = py::array_t<float, py::array::c_style>;
 
 // ---------------------------------------------------------------------------
+
+// Register rpc-servers (host:port) as devices of every model loaded afterwards, as llama-bench -rpc does;
+// their layers (maps included) are then placed there with n_gpu_layers. Registered once per process.
+void add_rpc_servers(const std::vector<std::string> & endpoints) {
+    static std::vector<std::string> added;
+    ggml_backend_reg_t rpc_reg = ggml_backend_reg_by_name("RPC");
+    if (rpc_reg == nullptr) {
+        throw std::runtime_error("this build has no RPC backend (GGML_RPC)");
+    }
+    using add_server_fn = ggml_backend_reg_t (*)(const char * endpoint);
+    auto * add_server = (add_server_fn) ggml_backend_reg_get_proc_address(rpc_reg, "ggml_backend_rpc_add_server");
+    if (add_server == nullptr) {
+        throw std::runtime_error("the RPC backend has no ggml_backend_rpc_add_server");
+    }
+    for (const auto & ep : endpoints) {
+        if (std::find(added.begin(), added.end(), ep) != added.end()) {
+            continue;
+        }
+        ggml_backend_reg_t reg = add_server(ep.c_str());
+        if (reg == nullptr) {
+            throw py::value_error("cannot use rpc-server " + ep);
+        }
+        ggml_backend_register(reg);
+        added.push_back(ep);
+    }
+}
 
 class Model {
   public:
@@ -544,6 +571,9 @@ PYBIND11_MODULE(_core, m) {
     m.def("system_info", [] { return std::string(llama_print_system_info()); });
     m.def("set_log_level", [](int level) { g_log_level = level; },
           "echo llama.cpp log lines at or above this ggml level (1 debug .. 4 error, 5 silences)");
+
+    m.def("add_rpc_servers", &add_rpc_servers, py::arg("endpoints"),
+          "register rpc-servers (host:port) as devices of the models loaded afterwards");
 
     py::class_<Model, std::shared_ptr<Model>>(m, "Model")
         .def(py::init<const std::string &, int, bool, bool>(), py::arg("path"), py::arg("n_gpu_layers") = 0,

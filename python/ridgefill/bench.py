@@ -58,8 +58,10 @@ def run_llama_bench(model: str, n_tokens: int, mode: str, threads: int, batch: i
 
 def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identity", "ridge"), threads: int = 2,
          sinks: int | None = None, tail: int | None = None, split: int | None = None, batch: int = 2048,
-         ubatch: int = 512, progress=print, tool: str | None = None, extra_args: tuple = ()) -> dict:
-    """TTFT through llama-bench; `tool`/`extra_args`: another build of it (CUDA) and its flags (-ngl)."""
+         ubatch: int = 512, progress=print, tool: str | None = None, extra_args: tuple = (), rpc: str | None = None) -> dict:
+    """TTFT through llama-bench; `tool`/`extra_args`: another build of it (CUDA) and its flags (-ngl);
+    `rpc`: 'host:port,...' of ggml-rpc-servers that hold every layer."""
+    extra_args = (*extra_args, "-rpc", rpc, "-ngl", "999") if rpc else extra_args
     split, sinks, tail = _resolve(model, modes, split, sinks, tail)
     _warn_unfilled(lengths, modes, sinks, tail, progress)
     shape = costmodel.Shape.from_gguf(model)
@@ -78,6 +80,7 @@ def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identit
         results.append(r)
     out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(model))
     out["path"] = "llama-bench"
+    out["rpc"] = rpc
     return out
 
 
@@ -96,8 +99,10 @@ def _server_prompt(m: Model, toks: np.ndarray, n_tokens: int, run: int) -> list[
     return [int(t) for t in piece]
 
 
-def _server_args(mode: str, split, sinks, tail, batch, ubatch) -> list[str]:
-    return ["-b", str(batch), "-ub", str(ubatch), "-fa", "on", "--cache-ram", "0", *ridgefill_flags(mode, split, sinks, tail)]
+def _server_args(mode: str, split, sinks, tail, batch, ubatch, rpc: str | None = None) -> list[str]:
+    remote = ["--rpc", rpc, "-ngl", "999"] if rpc else []
+    return ["-b", str(batch), "-ub", str(ubatch), "-fa", "on", "--cache-ram", "0", *remote,
+            *ridgefill_flags(mode, split, sinks, tail)]
 
 
 def _peak_rss_mb(pid: int) -> float:
@@ -118,8 +123,9 @@ def check_server_lengths(m, lengths: list[int]) -> None:
 
 def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identity", "ridge"),
                 threads: int = 2, sinks: int | None = None, tail: int | None = None, split: int | None = None,
-                batch: int = 2048, ubatch: int = 512, progress=print) -> dict:
-    """TTFT through llama-server (server.ttft_ms): wall time of a 1-token completion of a fresh N-token prompt."""
+                batch: int = 2048, ubatch: int = 512, progress=print, rpc: str | None = None) -> dict:
+    """TTFT through llama-server (server.ttft_ms): wall time of a 1-token completion of a fresh N-token prompt;
+    `rpc` as in ttft()."""
     from .runtime import Model
 
     m = Model(model)
@@ -127,7 +133,7 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
     split, sinks, tail = _resolve(model, modes, split, sinks, tail)
     _warn_unfilled(lengths, modes, sinks, tail, progress)
     fill_modes = [x for x in modes if x != "exact"] or ["exact"]
-    servers = {x: LlamaServer(model, _server_args(x, split, sinks, tail, batch, ubatch), ctx=max(lengths) + 64,
+    servers = {x: LlamaServer(model, _server_args(x, split, sinks, tail, batch, ubatch, rpc), ctx=max(lengths) + 64,
                               threads=threads) for x in fill_modes}
     serve = lambda mode: servers.get(mode, servers[fill_modes[0]])  # noqa: E731
     prose = _prose_tokens(m)
@@ -155,6 +161,7 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
     out = summarize(model, results, costmodel.Shape.from_gguf(model), split, sinks, tail, threads, modes,
                     map_bytes(model))
     out["path"] = "llama-server"
+    out["rpc"] = rpc
     return out
 
 

@@ -38,6 +38,7 @@ class CaptureConfig:
     n_batch: int = 512
     threads: int | None = None
     shard: tuple[int, int] = (0, 1)  # (i, n): this run processes windows i, i+n, i+2n, ...
+    rpc: str | None = None  # 'host:port,...': capture with the layers on ggml-rpc-servers
 
     def __post_init__(self):
         i, n = self.shard
@@ -133,7 +134,7 @@ def capture_llama(model_path, docs: list[Document], cfg: CaptureConfig, identity
 
     check_arch(identity)
     check_split(identity, cfg.split)
-    model = Model(model_path)
+    model = Model(model_path, n_gpu_layers=999 if cfg.rpc else 0, rpc=cfg.rpc)
     layers = list(range(cfg.split, identity.n_layer))
     ctx = model.context(n_ctx=cfg.window, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch, threads=cfg.threads, capture=layers)
 

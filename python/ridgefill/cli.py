@@ -45,7 +45,7 @@ def _capture_config(args):
     from .calibrate import CaptureConfig
 
     return CaptureConfig(split=args.split, tokens=args.tokens, heldout_frac=args.heldout_frac,
-                         window=args.window, sinks=args.sinks, threads=args.threads, shard=args.shard)
+                         window=args.window, sinks=args.sinks, threads=args.threads, shard=args.shard, rpc=args.rpc)
 
 
 def _cmd_calibrate(args) -> int:
@@ -136,6 +136,7 @@ def _add_capture_args(p, split_required: bool):
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--backend", choices=("llama", "hf"), default="llama", help="capture through llama.cpp or transformers")
     p.add_argument("--hf", help="HF checkpoint for --backend hf (default: transformers loads the GGUF itself)")
+    p.add_argument("--rpc", metavar="HOST:PORT,...", help="capture with the model's layers on these ggml-rpc-servers")
     p.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
                    help="process windows I, I+N, ... of the corpus (0 <= I < N): the N shards' statistics, merged "
                         "with `fit --stats`, are the single run's")
@@ -205,7 +206,7 @@ def _cmd_bench_ttft(args) -> int:
     for path in args.paths:
         s = run[path](args.model, args.lengths, runs=args.runs, modes=tuple(args.modes), threads=args.threads,
                       sinks=args.sinks, tail=args.tail, split=args.split, batch=args.batch, ubatch=args.ubatch,
-                      progress=log)
+                      progress=log, rpc=args.rpc)
         summaries[s["path"]] = s
     if args.json_out:
         from pathlib import Path
@@ -358,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     list_option(bt, "--paths", default=["bench", "server"], choices=["bench", "server"],
                 help="measure through llama-bench, llama-server or both (default)")
     bt.add_argument("--plot", metavar="PNG", help="write TTFT and speed-up vs length (bound drawn) here")
+    bt.add_argument("--rpc", metavar="HOST:PORT,...", help="every layer on these ggml-rpc-servers (-ngl 999)")
     bt.add_argument("--quiet", action="store_true")
     bt.set_defaults(func=_cmd_bench_ttft)
 

@@ -24,6 +24,25 @@ def version() -> str:
     return _core.version()
 
 
+def add_rpc_servers(endpoints: str) -> None:
+    """Register ggml-rpc-servers ('host:port,...') for the models loaded afterwards; each must be listening."""
+    import socket
+
+    eps = [e.strip() for e in endpoints.split(",") if e.strip()]
+    for ep in eps:
+        host, _, port = ep.rpartition(":")
+        if not host or not port.isdigit():
+            raise InputError(f"rpc endpoint {ep!r} is not host:port")
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except OSError as err:
+            raise InputError(f"no rpc-server listening at {ep}: {err}") from None
+    try:
+        _core.add_rpc_servers(eps)
+    except (RuntimeError, ValueError) as err:
+        raise LoadError(str(err)) from None
+
+
 def _check_gguf_file(path: Path) -> None:
     if not path.exists():
         raise MissingFile(f"model file not found: {path}")
@@ -38,9 +57,12 @@ def _check_gguf_file(path: Path) -> None:
 class Model:
     """A loaded GGUF model. Cheap to share between contexts."""
 
-    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, use_mmap: bool = True):
+    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, use_mmap: bool = True, rpc: str | None = None):
+        """rpc: 'host:port,...' of ggml-rpc-servers; with n_gpu_layers > 0 the layers (and their maps) go there."""
         self.path = Path(path)
         _check_gguf_file(self.path)
+        if rpc:
+            add_rpc_servers(rpc)
         try:
             self._m = _core.Model(str(self.path), n_gpu_layers=n_gpu_layers, use_mmap=use_mmap)
         except RuntimeError as err:

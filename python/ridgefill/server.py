@@ -129,3 +129,55 @@ def ttft_ms(srv: LlamaServer, prompt: list[int], mode: str) -> tuple[float, dict
     t0 = time.perf_counter()
     res = srv.post("/completion", body)
     return 1000 * (time.perf_counter() - t0), res
+
+
+class RpcServers:
+    """`with RpcServers(2) as rpc: LlamaServer(model, ["--rpc", rpc.endpoints, "-ngl", "99"])`: ggml-rpc-server
+    processes on loopback (never expose one to a network: the RPC protocol has no authentication)."""
+
+    def __init__(self, n: int, threads: int = 1, startup_timeout: float = 60.0):
+        self.ports = [free_port() for _ in range(n)]
+        self.threads, self.startup_timeout = threads, startup_timeout
+        self.procs: list[subprocess.Popen] = []
+
+    @property
+    def endpoints(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def __enter__(self) -> "RpcServers":
+        exe = str(tool_path("ggml-rpc-server"))
+        for port in self.ports:
+            self.procs.append(subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port), "-t", str(self.threads)],
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                               stdin=subprocess.DEVNULL))
+        try:
+            for port, proc in zip(self.ports, self.procs):
+                self._wait_listening(port, proc)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _wait_listening(self, port: int, proc: subprocess.Popen) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ServerError(f"ggml-rpc-server on port {port} exited with code {proc.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise ServerError(f"ggml-rpc-server on port {port} did not listen within {self.startup_timeout:.0f} s")
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs = []
