@@ -11,6 +11,7 @@ from ridgefill.server import LlamaServer, RpcServers
 pytestmark = pytest.mark.slow
 
 SPLIT = 15
+TOL = 0.0  # bit for bit: the remote CPU backends run the same kernels
 FILL = ["--ridgefill", "ridge", "--ridgefill-sink", "4", "--ridgefill-tail", "64"]
 ARGS = ["-b", "256", "-ub", "64", "-fa", "on"]
 
@@ -127,3 +128,45 @@ def test_an_rpc_endpoint_nobody_listens_on_is_a_clear_error(smollm2_path):
         Model(smollm2_path, n_gpu_layers=99, rpc=f"127.0.0.1:{free_port()}")
     with pytest.raises(InputError, match="is not host:port"):
         Model(smollm2_path, rpc="localhost")
+
+
+_REMOTE_FILL = """
+import sys, numpy as np
+from ridgefill.runtime import Model
+path, rpc, out, split, toks = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), np.load(sys.argv[5])
+m = Model(path, n_gpu_layers=999, rpc=rpc)
+res = {}
+for mode in ("identity", "ridge"):
+    ctx = m.context(n_ctx=512, n_batch=256, n_ubatch=64, threads=2)
+    ctx.set_fill(mode, split)
+    r = ctx.prefill(toks, sinks=4, tail=64)
+    res[mode + "_logits"] = r.logits
+    res[mode + "_k"] = ctx.state_get(m.n_layer - 1, "k")
+    res[mode + "_v"] = ctx.state_get(split + 1, "v")
+np.savez(out, **res)
+"""
+
+
+def test_filled_kv_and_logits_over_rpc_equal_the_local_ones(maps_model, prompt, tmp_path):
+    """Bindings with every layer remote (in a child process: a registered rpc-server outlives its test):
+    identity and ridge fill write the same late-layer K/V and give the same logits as a local context."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    toks = np.asarray(prompt, dtype=np.int32)
+    np.save(tmp_path / "toks.npy", toks)
+    with RpcServers(2) as rpc:
+        run = subprocess.run([sys.executable, "-c", _REMOTE_FILL, str(maps_model.path), rpc.endpoints,
+                              str(tmp_path / "remote.npz"), str(SPLIT), str(tmp_path / "toks.npy")],
+                             capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    remote = np.load(tmp_path / "remote.npz")
+    for mode in ("identity", "ridge"):
+        ctx = maps_model.context(n_ctx=512, n_batch=256, n_ubatch=64, threads=2)
+        ctx.set_fill(mode, SPLIT)
+        res = ctx.prefill(toks, sinks=4, tail=64)
+        np.testing.assert_allclose(remote[mode + "_logits"], res.logits, rtol=0, atol=TOL)
+        np.testing.assert_allclose(remote[mode + "_k"], ctx.state_get(maps_model.n_layer - 1, "k"), rtol=0, atol=TOL)
+        np.testing.assert_allclose(remote[mode + "_v"], ctx.state_get(SPLIT + 1, "v"), rtol=0, atol=TOL)
