@@ -33,6 +33,20 @@ def pytest_runtest_teardown(item, nextitem):
     _guard.undo()
 
 
+def calibrate_cli(base, out, *extra, tokens: int = 1536, split: int = 20):
+    """`ridgefill calibrate` as a user runs it (short windows, 2 threads); the statistics it wrote."""
+    import subprocess
+    import sys
+
+    from ridgefill.stats import CalibrationStats
+
+    run = subprocess.run([sys.executable, "-m", "ridgefill", "calibrate", str(base), "--split", str(split),
+                          "--tokens", str(tokens), "--window", "256", "--threads", "2", "-o", str(out), *map(str, extra)],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return CalibrationStats.load(out)
+
+
 def tool(name: str) -> Path:
     """A fork binary installed into the venv by the build."""
     try:

@@ -161,17 +161,12 @@ def test_shards_merge_to_the_single_run():
 @pytest.mark.slow
 def test_sharded_calibration_of_the_real_model_merges_to_the_single_run(smollm2_path, tmp_path):
     """`ridgefill calibrate --shard i/2` twice, merged by `fit --stats a --stats b`'s loader: the single run's sums."""
-    from ridgefill.stats import CalibrationStats
+    from conftest import calibrate_cli
 
-    def calibrate(out, *extra):
-        run = subprocess.run([sys.executable, "-m", "ridgefill", "calibrate", str(smollm2_path), "--split", "20",
-                              "--tokens", "1536", "--window", "256", "--threads", "2", "-o", str(out), *extra],
-                             capture_output=True, text=True, timeout=900)
-        assert run.returncode == 0, run.stderr[-2000:]
-        return out
-
-    one = CalibrationStats.load(calibrate(tmp_path / "one.npz"))
-    merged = pipeline.load_stats([calibrate(tmp_path / f"s{i}.npz", "--shard", f"{i}/2") for i in (0, 1)])
+    one = calibrate_cli(smollm2_path, tmp_path / "one.npz")
+    for i in (0, 1):
+        calibrate_cli(smollm2_path, tmp_path / f"s{i}.npz", "--shard", f"{i}/2")
+    merged = pipeline.load_stats([tmp_path / f"s{i}.npz" for i in (0, 1)])
     assert merged.train.n == one.train.n and merged.heldout.n == one.heldout.n
     for a, b in ((merged.train, one.train), (merged.heldout, one.heldout)):
         for k in ("sum_x", "xtx", "xty", "yy"):

@@ -81,23 +81,13 @@ def test_bench_over_rpc_fills_the_prompt(maps_model):
 
 def test_calibration_through_rpc_equals_the_local_capture(smollm2_path, tmp_path):
     """The capture path with every layer remote: the same statistics as a local capture."""
-    import subprocess
-    import sys
-
     import numpy as np
 
-    from ridgefill.stats import CalibrationStats
+    from conftest import calibrate_cli
 
-    def calibrate(out, *extra):
-        run = subprocess.run([sys.executable, "-m", "ridgefill", "calibrate", str(smollm2_path), "--split", "20",
-                              "--tokens", "768", "--window", "256", "--threads", "2", "-o", str(out), *extra],
-                             capture_output=True, text=True, timeout=900)
-        assert run.returncode == 0, run.stderr[-2000:]
-        return CalibrationStats.load(out)
-
-    local = calibrate(tmp_path / "local.npz")
+    local = calibrate_cli(smollm2_path, tmp_path / "local.npz", tokens=768)
     with RpcServers(2) as rpc:
-        remote = calibrate(tmp_path / "rpc.npz", "--rpc", rpc.endpoints)
+        remote = calibrate_cli(smollm2_path, tmp_path / "rpc.npz", "--rpc", rpc.endpoints, tokens=768)
     assert remote.train.n == local.train.n > 0
     for k in ("sum_x", "xtx", "xty", "yy"):
         np.testing.assert_allclose(getattr(remote.train, k), getattr(local.train, k), rtol=1e-6, atol=1e-6)
