@@ -176,8 +176,9 @@ def _resolve(model, modes, split, sinks, tail):
         raise BenchError(f"{model} has no ridge maps: fit it first (ridgefill fit) or drop the ridge mode")
     if split is None and any(x != "exact" for x in modes):
         raise BenchError("no split layer: pass --split for identity fill on a model without maps")
-    sinks = _stored_or(field(reader, "ridgefill.sink_rows"), 4) if sinks is None else sinks
-    tail = _stored_or(field(reader, "ridgefill.tail_rows"), 1024) if tail is None else tail
+    stored = pack.Defaults.stored(field(reader, "ridgefill.sink_rows"), field(reader, "ridgefill.tail_rows"))
+    sinks = stored.sink_rows if sinks is None else sinks
+    tail = stored.tail_rows if tail is None else tail
     return split, sinks, tail
 
 
@@ -189,9 +190,6 @@ def _warn_unfilled(lengths, modes, sinks: int, tail: int, progress) -> None:
                 progress(warning)
 
 
-def _stored_or(value, default: int) -> int:
-    """A stored ridgefill.* count (0 is a real value), else the default."""
-    return default if value is None else int(value)
 
 
 def map_bytes(model) -> int:

@@ -37,6 +37,12 @@ class Defaults:
     sink_rows: int = 4
     tail_rows: int = 1024
 
+    @classmethod
+    def stored(cls, sink_rows, tail_rows) -> "Defaults":
+        """A GGUF's stored ridgefill.sink_rows/tail_rows (None: not stored; 0 is a value), else these defaults."""
+        return cls(cls.sink_rows if sink_rows is None else int(sink_rows),
+                   cls.tail_rows if tail_rows is None else int(tail_rows))
+
 
 def identity_of(path: str | os.PathLike, reader: gguf.GGUFReader | None = None) -> ModelIdentity:
     """Model identity of a GGUF: arch, layer count, width and file sha256."""

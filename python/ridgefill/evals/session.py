@@ -118,9 +118,12 @@ class Session:
         return self._sha[i]
 
     def default_rows(self) -> tuple[int, int]:
-        """Sinks and tail of the first GGUF's ridgefill.* metadata, else llama.cpp's defaults (4, 1024)."""
+        """Sinks and tail of the first GGUF's ridgefill.* metadata, else pack.Defaults (4, 1024)."""
+        from ..pack import Defaults
+
         meta = self.base.metadata
-        return int(meta.get("ridgefill.sink_rows", 4)), int(meta.get("ridgefill.tail_rows", 1024))
+        d = Defaults.stored(meta.get("ridgefill.sink_rows"), meta.get("ridgefill.tail_rows"))
+        return d.sink_rows, d.tail_rows
 
     def describe(self) -> list[dict]:
         return [{"path": str(m.path), "split": m.rf_split_layer, "base_sha256": m.metadata.get("ridgefill.base_sha256")}
