@@ -8,22 +8,55 @@ import numpy as np
 import pytest
 
 from ridgefill import pack, pipeline, ridge
-from ridgefill.calibrate import CalibrationError, CaptureConfig, windows
-from ridgefill.corpus import CorpusError, from_paths
+from ridgefill import calib_windows
+from ridgefill.calibrate import CalibrationError, CaptureConfig
+from ridgefill.corpus import CorpusError, Document, from_paths
 
 SPLIT = 22
 TOKENS = 4096
 
 
-def test_windows_start_with_bos_and_respect_budget():
-    toks = np.arange(1, 5001, dtype=np.int32)
-    ws = list(windows(toks, bos=0, window=1024, budget=2500, min_len=20))
-    assert all(w[0] == 0 for w in ws)
-    assert sum(len(w) for w in ws) <= 2500
-    assert [len(w) for w in ws][:2] == [1024, 1024]
-    # windows continue the document without gaps or overlaps
-    body = np.concatenate([w[1:] for w in ws])
-    np.testing.assert_array_equal(body, toks[: len(body)])
+def _byte_tokens(text):
+    return np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int32) + 1  # 0 is free for BOS
+
+
+def test_windows_sample_pieces_of_many_documents_and_kinds():
+    docs = [Document(f"{kind}{i}", f"{kind} {i} " * (200 + 50 * i), kind) for kind in ("a", "b", "c") for i in range(8)]
+    ws = list(calib_windows.plan(docs, _byte_tokens, bos=0, window=512, budget=6000, min_piece=64, seed=3))
+    assert all(w.tokens[0] == 0 and len(w.tokens) <= 512 for w in ws)
+    assert sum(len(w.tokens) for w in ws) <= 6000
+    assert all(len(w.tokens) == 512 for w in ws[:-1])
+    by_name = {d.name: _byte_tokens(d.text) for d in docs}
+    sep = _byte_tokens(calib_windows.SEPARATOR)
+    for w in ws:  # a window is BOS + pieces joined by the separator, each a contiguous slice of its document
+        pieces = w.tokens[1:].tobytes().split(sep.tobytes())
+        assert len(pieces) == len(w.documents)
+        assert all(p and p in by_name[name].tobytes() for p, name in zip(pieces, w.documents))
+    used = {n for w in ws for n in w.documents}
+    assert len(used) >= 12 and {n[0] for n in used} == {"a", "b", "c"}
+    again = list(calib_windows.plan(docs, _byte_tokens, bos=0, window=512, budget=6000, min_piece=64, seed=3))
+    assert all(np.array_equal(a.tokens, b.tokens) for a, b in zip(ws, again))  # the plan is deterministic
+
+
+def test_default_corpus_has_every_kind_and_no_evaluation_text():
+    from ridgefill import corpus
+    from ridgefill.evals.haystack import NOISE
+    from ridgefill.evals.needle import INTRO, NEEDLE
+
+    docs = corpus.default_calibration()
+    assert {d.kind for d in docs} >= {"speech", "code", "docs", "text", "records", "log", "table", "list", "repetitive"}
+    held_out = {d.text for d in corpus.evaluation_documents()}
+    assert not any(d.text in held_out for d in docs)
+    for phrase in (NOISE.split(". ")[0], "special magic", INTRO.split(".")[0], NEEDLE.split("{")[0].strip()):
+        assert not any(phrase in d.text for d in docs if d.kind not in ("code", "docs", "text")), phrase
+
+
+def test_held_out_documents_are_drawn_from_every_kind():
+    from ridgefill.calibrate import assign
+
+    docs = [Document(f"{kind}{i}", "x", kind) for kind in ("a", "b") for i in range(16)]
+    train, held = assign(docs, CaptureConfig(split=3))
+    assert {d.kind for d in held} == {"a", "b"} and not set(train) & set(held)
 
 
 def test_corpus_errors(tmp_path):
@@ -77,8 +110,9 @@ def test_fit_cli_end_to_end(smollm2_path, llama_stats, tmp_path):
                         "--maps-out", str(maps_file), "-o", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "R² ridge" in r.stdout
-    names = ", ".join(llama_stats.provenance.documents)
-    assert f"training: {llama_stats.provenance.n_tokens} tokens from {len(llama_stats.provenance.documents)} documents: {names}" in r.stdout
+    prov = llama_stats.provenance
+    assert f"training: {prov.n_tokens} tokens from {len(prov.documents)} documents (" in r.stdout
+    assert len(set(prov.kinds)) >= 5, prov.kinds  # the sampler draws across kinds, even at 4096 tokens
     info = json.loads(subprocess.run([sys.executable, "-m", "ridgefill", "inspect", str(out), "--json"],
                                      capture_output=True, text=True, check=True).stdout)
     assert [l["layer"] for l in info["layers"]] == list(range(SPLIT + 1, 30))
@@ -125,12 +159,13 @@ def _synthetic_capture(stats, docs, cfg):
     d, m = stats.identity.n_embd, len(stats.layers)
     table, maps = rng.normal(size=(300, d)), rng.normal(size=(m, d, d))
 
-    def process(w, mom):
+    def process(w, moms):
+        (_, mom), = moms
         x = table[w[cfg.sinks:] % 300]
         mom.update(x, [x @ a for a in maps])
 
     tokenize = lambda text: np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int32)  # noqa: E731
-    return accumulate(stats, docs, cfg, tokenize, bos=None, backend="synthetic", process=process)
+    return accumulate([stats], docs, cfg, tokenize, bos=None, backend="synthetic", process=process)[0]
 
 
 def test_shards_merge_to_the_single_run():
@@ -171,3 +206,19 @@ def test_sharded_calibration_of_the_real_model_merges_to_the_single_run(smollm2_
     for a, b in ((merged.train, one.train), (merged.heldout, one.heldout)):
         for k in ("sum_x", "xtx", "xty", "yy"):
             np.testing.assert_allclose(getattr(a, k), getattr(b, k), rtol=1e-9, atol=1e-6)
+
+
+def test_one_capture_feeds_every_split():
+    """update_all: the statistics for splits 2 and 3 from one pass equal two single-split passes."""
+    from ridgefill.calibrate import update_all
+    from ridgefill.stats import Moments
+
+    rng = np.random.default_rng(0)
+    acts = {il: rng.normal(size=(40, 8)) for il in range(2, 6)}
+    both = [(2, Moments(8, 3)), (3, Moments(8, 2))]
+    update_all(acts.__getitem__, both)
+    for split, mom in both:
+        alone = Moments(8, 5 - split)
+        alone.update(acts[split], [acts[il] for il in range(split + 1, 6)])
+        for k in ("sum_x", "sum_y", "xtx", "xty", "yy"):
+            np.testing.assert_array_equal(getattr(mom, k), getattr(alone, k))

@@ -216,16 +216,16 @@ def fit_speed(model_path: str, split: int, tokens: int, threads: int = 2, window
     m = Model(model_path)
     ctx = m.context(n_ctx=window, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch, threads=threads)
 
-    def plain(w, _mom):
+    def plain(w, _moms):
         ctx.clear()
         ctx.prefill(w)
 
     t0 = time.perf_counter()
-    accumulate(CalibrationStats(identity, split), docs, cfg, m.tokenize, m.bos if m.add_bos else None, "exact", plain)
+    accumulate([CalibrationStats(identity, split)], docs, cfg, m.tokenize, m.bos if m.add_bos else None, "exact", plain)
     t_exact = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    stats = capture_llama(model_path, docs, cfg, identity)
+    stats, = capture_llama(model_path, docs, cfg, identity)
     t_capture = time.perf_counter() - t0
     t0 = time.perf_counter()
     maps = ridge.fit(stats)

@@ -1,9 +1,10 @@
 """Calibration capture: documents -> sufficient statistics, through the exact model.
 
 Backend `llama`: the patched llama.cpp via the bindings (works on quantized GGUFs).
-Each document is cut into windows that start with BOS; the first `sinks` rows of every
-window are excluded (they run full at inference and their activations are outliers).
-Whole documents go either to the training or the held-out statistics, never both.
+Windows that start with BOS are drawn across the documents (calib_windows); the first
+`sinks` rows of every window are excluded (they run full at inference and their
+activations are outliers). Whole documents go either to the training or the held-out
+statistics, never both: every k-th document of each kind is held out.
 
 Sharding (`shard=(i, n)`): every run enumerates the same windows in the same order; shard i
 processes the windows whose index is i mod n, so the n shards' merged statistics are the
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 
+from . import calib_windows
 from .corpus import Document, corpus_hash
 from .runtime import CAPTURE_ARCHS as SUPPORTED_ARCHS  # builders that record each layer's input
 from .stats import CalibrationStats, ModelIdentity, Moments, Provenance
@@ -34,6 +36,8 @@ class CaptureConfig:
     tokens: int = 65536  # training + held-out tokens in total
     heldout_frac: float = 0.125
     window: int = 2048
+    min_piece: int = 128  # shortest document piece in a window (calib_windows)
+    seed: int = 0  # window sampling
     sinks: int = 4
     n_batch: int = 512
     threads: int | None = None
@@ -59,99 +63,90 @@ def check_arch(identity: ModelIdentity) -> None:
 
 
 def assign(docs: list[Document], cfg: CaptureConfig) -> tuple[list[Document], list[Document]]:
-    """Split documents into (train, held-out): every k-th document is held out."""
+    """Split documents into (train, held-out): every k-th document of each kind is held out."""
     every = max(2, round(1 / cfg.heldout_frac)) if cfg.heldout_frac > 0 else 0
-    train = [d for i, d in enumerate(docs) if not every or i % every != every - 1]
-    held = [d for i, d in enumerate(docs) if every and i % every == every - 1]
+    train, held, seen = [], [], {}
+    for d in docs:
+        i = seen[d.kind] = seen.get(d.kind, -1) + 1
+        (held if every and i % every == every - 1 else train).append(d)
     if not held:
         raise CalibrationError(f"need at least {every} documents to hold one out for choosing λ (got {len(docs)})")
     return train, held
 
 
-def windows(tokens: np.ndarray, bos: int | None, window: int, budget: int, min_len: int) -> Iterator[np.ndarray]:
-    """Windows of at most `window` rows over one document, within a token budget.
-
-    With `bos` (models whose vocab adds BOS) every window starts with it, as a prompt would.
-    """
-    head = [] if bos is None else [bos]
-    body = tokens[1:] if bos is not None and len(tokens) and tokens[0] == bos else tokens
-    step = window - len(head)
-    for start in range(0, len(body), step):
-        if budget <= 0:
-            return
-        piece = body[start : start + min(step, budget - len(head))]
-        if len(piece) + len(head) < min_len:
-            return
-        budget -= len(piece) + len(head)
-        yield np.concatenate([head, piece]).astype(np.int32)
+# process(window, moments): run one BOS-led window through a backend and update the moments,
+# given as (split, Moments) pairs: one per split, each fed from the same forward pass (update_all)
+WindowFn = Callable[[np.ndarray, list[tuple[int, Moments]]], None]
 
 
-# process(window, moments): run one BOS-led window through a backend and update the moments
-WindowFn = Callable[[np.ndarray, Moments], None]
+def update_all(layer_input: Callable[[int], np.ndarray], moms: list[tuple[int, Moments]]) -> None:
+    """Update each split's moments from one window's layer inputs (rows already past the sinks)."""
+    for split, mom in moms:
+        mom.update(layer_input(split), [layer_input(il) for il in range(split + 1, split + 1 + mom.m)])
 
 
-def accumulate(stats: CalibrationStats, docs: list[Document], cfg: CaptureConfig, tokenize: Callable[[str], np.ndarray],
-               bos: int | None, backend: str, process: WindowFn,
-               progress: Callable[[int], None] | None = None) -> CalibrationStats:
-    """Feed documents to a capture backend: training and held-out documents, each within its budget."""
+def accumulate(stats: list[CalibrationStats], docs: list[Document], cfg: CaptureConfig,
+               tokenize: Callable[[str], np.ndarray], bos: int | None, backend: str, process: WindowFn,
+               progress: Callable[[int], None] | None = None) -> list[CalibrationStats]:
+    """Feed documents to a capture backend: training and held-out documents, each within its budget.
+    Every CalibrationStats (one per split) sees the same windows."""
 
     shard, n_shards = cfg.shard
 
-    def run(doc_set: list[Document], mom: Moments, budget: int) -> Provenance:
+    def run(doc_set: list[Document], moms: list[tuple[int, Moments]], budget: int, seed: int) -> Provenance:
         prov = Provenance(sinks=cfg.sinks, window=cfg.window, backend=backend)
-        used, seen, k = [], 0, 0  # seen: tokens of every shard's windows so far; k: window index
-        for doc in doc_set:
-            if seen >= budget:
-                break
-            mine = False
-            for w in windows(tokenize(doc.text), bos, cfg.window, budget - seen, cfg.sinks + 16):
-                seen += len(w)
-                k += 1
-                if (k - 1) % n_shards != shard:
-                    continue
-                process(w, mom)
-                prov.n_tokens += len(w)
-                mine = True
-                if progress:
-                    progress(len(w))
-            if mine:
-                used.append(doc)
-        prov.documents = [d.name for d in used]
-        prov.corpus_hash = corpus_hash(used)
+        used: dict[str, Document] = {}
+        names = {d.name: d for d in doc_set}
+        for k, w in enumerate(calib_windows.plan(doc_set, tokenize, bos, cfg.window, budget, cfg.min_piece, seed)):
+            if k % n_shards != shard or len(w.tokens) < cfg.sinks + 16:
+                continue
+            process(w.tokens, moms)
+            prov.n_tokens += len(w.tokens)
+            used.update((n, names[n]) for n in w.documents)
+            if progress:
+                progress(len(w.tokens))
+        prov.documents = sorted(used)
+        prov.kinds = [used[n].kind for n in prov.documents]
+        prov.corpus_hash = corpus_hash([used[n] for n in prov.documents])
         return prov
 
     n_held = int(cfg.tokens * cfg.heldout_frac)
     train_docs, held_docs = assign(docs, cfg)
-    stats.provenance = run(train_docs, stats.train, cfg.tokens - n_held)
-    stats.heldout_provenance = run(held_docs, stats.heldout, n_held)
+    train = run(train_docs, [(st.split, st.train) for st in stats], cfg.tokens - n_held, cfg.seed)
+    held = run(held_docs, [(st.split, st.heldout) for st in stats], n_held, cfg.seed + 1)
+    for st in stats:
+        st.provenance, st.heldout_provenance = train, held
     return stats
 
 
 def capture_llama(model_path, docs: list[Document], cfg: CaptureConfig, identity: ModelIdentity,
-                  progress: Callable[[int], None] | None = None) -> CalibrationStats:
-    """Run the documents through llama.cpp and accumulate statistics (backend `llama`)."""
+                  progress: Callable[[int], None] | None = None,
+                  splits: list[int] | None = None) -> list[CalibrationStats]:
+    """Run the documents through llama.cpp and accumulate statistics (backend `llama`): one
+    CalibrationStats per split (default [cfg.split]), all from one forward pass per window."""
     from .runtime import Model
 
+    splits = sorted(set(splits or [cfg.split]))
     check_arch(identity)
-    check_split(identity, cfg.split)
+    for s in splits:
+        check_split(identity, s)
     model = Model(model_path, n_gpu_layers=999 if cfg.rpc else 0, rpc=cfg.rpc)
-    layers = list(range(cfg.split, identity.n_layer))
+    layers = list(range(splits[0], identity.n_layer))
     ctx = model.context(n_ctx=cfg.window, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch, threads=cfg.threads, capture=layers)
 
-    def process(w: np.ndarray, mom: Moments) -> None:
+    def process(w: np.ndarray, moms: list[tuple[int, Moments]]) -> None:
         ctx.clear()
-        ctx.prefill(w, on_chunk=lambda c, start, n: _accumulate(c, start, n, layers, cfg.sinks, mom))
+        ctx.prefill(w, on_chunk=lambda c, start, n: _accumulate(c, start, n, cfg.sinks, moms))
 
     bos = model.bos if model.add_bos else None
-    stats = accumulate(CalibrationStats(identity, cfg.split), docs, cfg, model.tokenize, bos, "llama", process, progress)
-    return check_rows(stats, cfg)
+    stats = [CalibrationStats(identity, s) for s in splits]
+    return [check_rows(st, cfg) for st in accumulate(stats, docs, cfg, model.tokenize, bos, "llama", process, progress)]
 
 
-def _accumulate(ctx, start: int, n: int, layers: list[int], sinks: int, mom: Moments) -> None:
+def _accumulate(ctx, start: int, n: int, sinks: int, moms: list[tuple[int, Moments]]) -> None:
     keep = slice(max(0, sinks - start), n)
-    x = ctx.layer_input(layers[0])[keep]
-    ys = [ctx.layer_input(il)[keep] for il in layers[1:]]
-    mom.update(x, ys)
+    rows: dict[int, np.ndarray] = {}
+    update_all(lambda il: rows[il] if il in rows else rows.setdefault(il, ctx.layer_input(il)[keep]), moms)
 
 
 def check_rows(stats: CalibrationStats, cfg: CaptureConfig) -> CalibrationStats:

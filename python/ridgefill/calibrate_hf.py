@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from .calibrate import CaptureConfig, accumulate, check_rows, check_split
+from .calibrate import CaptureConfig, accumulate, check_rows, check_split, update_all
 from .corpus import Document
 from .stats import CalibrationStats, ModelIdentity, Moments
 from .errors import InputError
@@ -60,14 +60,13 @@ def capture_hf(model, tokenize: Callable[[str], np.ndarray], bos: int | None, do
     handles = [layers[il].register_forward_pre_hook(hook(il), with_kwargs=True) for il in wanted]
     device = next(model.parameters()).device
 
-    def process(w: np.ndarray, mom: Moments) -> None:
+    def process(w: np.ndarray, moms: list[tuple[int, Moments]]) -> None:
         with torch.no_grad():
             model(torch.tensor(w[None, :].astype(np.int64), device=device))
-        x = grabbed[wanted[0]].numpy()[cfg.sinks:]
-        mom.update(x, [grabbed[il].numpy()[cfg.sinks:] for il in wanted[1:]])
+        update_all(lambda il: grabbed[il].numpy()[cfg.sinks:], moms)
 
     try:
-        stats = accumulate(CalibrationStats(identity, cfg.split), docs, cfg, tokenize, bos, "hf", process, progress)
+        stats, = accumulate([CalibrationStats(identity, cfg.split)], docs, cfg, tokenize, bos, "hf", process, progress)
     finally:
         for h in handles:
             h.remove()

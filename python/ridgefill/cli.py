@@ -72,7 +72,7 @@ def _cmd_fit(args) -> int:
             stats.save(args.stats_out)
     maps = pipeline.fit_and_pack(args.base, stats, args.output, args.type, Defaults(args.sinks, args.tail), args.maps_out)
     for name, prov in (("training", stats.provenance), ("held-out", stats.heldout_provenance)):
-        print(f"{name}: {prov.n_tokens} tokens from {len(prov.documents)} documents: {', '.join(prov.documents)}")
+        print(f"{name}: {prov.summary()}")
     print(ridge.report(maps))
     losers = [f.layer for f in maps.fits if f.r2_ridge <= f.r2_identity]
     if losers:
@@ -111,10 +111,10 @@ def _cmd_inspect(args) -> int:
     for k, v in info["metadata"].items():
         if not isinstance(v, list):
             print(f"ridgefill.{k:18s} {v}")
-    print("layer  type  lambda      R2 ridge  R2 identity  bytes")
+    print("layer  type  lambda      alpha  R2 ridge  R2 identity  bytes")
     for row in info["layers"]:
-        print(f"{row['layer']:5d}  {row['type']:4s}  {_num(row['lambda'], '.3e'):>9s}  {_num(row['r2_ridge'], '8.4f')}  "
-              f"{_num(row['r2_identity'], '11.4f')}  {row['bytes']}")
+        print(f"{row['layer']:5d}  {row['type']:4s}  {_num(row['lambda'], '.3e'):>9s}  {_num(row['blend'], '5.2f'):>5s}  "
+              f"{_num(row['r2_ridge'], '8.4f')}  {_num(row['r2_identity'], '11.4f')}  {row['bytes']}")
     print(f"map memory: {info['map_bytes'] / 2**20:.1f} MiB")
     for c in info["checks"]:
         print(f"check {c['name']:15s} {'ok  ' if c['ok'] else 'FAIL'}  {c['message']}")

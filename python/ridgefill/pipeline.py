@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from . import corpus, pack, ridge
@@ -17,21 +18,29 @@ def documents(paths: list[str] | None) -> list[corpus.Document]:
 
 def calibrate(base: str | os.PathLike, cfg: CaptureConfig, corpus_paths: list[str] | None = None,
               backend: str = "llama", hf_path: str | None = None, show_progress: bool = True) -> CalibrationStats:
+    if backend not in ("llama", "hf"):
+        raise InputError(f"unknown capture backend {backend!r} (llama, hf)")
+    return calibrate_splits(base, cfg, [cfg.split], corpus_paths, backend, hf_path, show_progress)[0]
+
+
+def calibrate_splits(base: str | os.PathLike, cfg: CaptureConfig, splits: list[int],
+                     corpus_paths: list[str] | None = None, backend: str = "llama", hf_path: str | None = None,
+                     show_progress: bool = True) -> list[CalibrationStats]:
+    """Statistics for several splits from one capture pass (llama backend), in ascending split order."""
     from tqdm import tqdm
 
     identity = pack.identity_of(base)
     check_arch(identity)
-    check_split(identity, cfg.split)
+    for s in splits:
+        check_split(identity, s)
     docs = documents(corpus_paths)
     shard = "" if cfg.shard[1] == 1 else f", shard {cfg.shard[0]}/{cfg.shard[1]}"
     with tqdm(total=cfg.tokens // cfg.shard[1], unit="tok", desc=f"calibrate ({backend}{shard})", disable=not show_progress) as bar:
-        if backend == "llama":
-            stats = capture_llama(base, docs, cfg, identity, progress=bar.update)
-        elif backend == "hf":
-            stats = _capture_hf(base, hf_path, docs, cfg, identity, bar.update)
-        else:
-            raise InputError(f"unknown capture backend {backend!r} (llama, hf)")
-    return stats
+        if backend == "hf":
+            if len(splits) != 1:
+                raise InputError("the hf backend captures one split per pass")
+            return [_capture_hf(base, hf_path, docs, replace(cfg, split=splits[0]), identity, bar.update)]
+        return capture_llama(base, docs, cfg, identity, progress=bar.update, splits=splits)
 
 
 def _capture_hf(base, hf_path, docs, cfg, identity, progress):
