@@ -133,3 +133,37 @@ def test_load_rejects_garbage(tmp_path):
     p.write_bytes(b"not a zip")
     with pytest.raises(StatsError, match="cannot read"):
         CalibrationStats.load(p)
+
+
+def test_blend_falls_back_to_identity_where_held_out_rows_say_so():
+    """Training rows follow y = 2x on a subspace the held-out rows do not share; there y = x.
+    The ridge map's held-out error is then worse than the identity's, and α goes to 0; on
+    statistics where the map generalises, α stays 1. The stored map is I + α(W − I)."""
+    rng = np.random.default_rng(4)
+    st = CalibrationStats(_identity(), split=3, provenance=Provenance(sinks=4))
+    for _ in range(2):
+        x = _x(rng, 2000)
+        st.train.update(x, [(2.0 * x).astype(np.float32), (2.0 * x).astype(np.float32)])
+    x = _x(rng, 800)
+    st.heldout.update(x, [x.copy(), (2.0 * x).astype(np.float32)])
+    maps = ridge.fit(st, refit_all=False)
+    back, keep = maps.fits
+    assert back.blend == 0.0 and keep.blend == 1.0
+    np.testing.assert_array_equal(maps.weights[0], np.eye(D, dtype=np.float32))
+    np.testing.assert_array_equal(maps.biases[0], 0)
+    assert back.r2_ridge == pytest.approx(back.r2_identity)
+    np.testing.assert_allclose(maps.weights[1], 2 * np.eye(D), atol=1e-3)
+    unblended = ridge.fit(st, refit_all=False, blend=False)
+    assert unblended.fits[0].r2_ridge < back.r2_ridge and unblended.fits[0].blend == 1.0
+
+
+def test_best_blend_is_the_minimum_of_the_held_out_parabola():
+    rng = np.random.default_rng(5)
+    st, _, _ = _stats(rng)
+    w = rng.normal(size=(D, D)) / np.sqrt(D)
+    b = rng.normal(size=D)
+    alpha, sse = ridge.best_blend(w, b, st.heldout, 0)
+    grid = np.linspace(0, 1, 2001)
+    errs = [ridge.heldout_sse(np.eye(D) + a * (w - np.eye(D)), a * b, st.heldout, 0) for a in grid]
+    assert sse == pytest.approx(min(errs), rel=1e-6)
+    assert alpha == pytest.approx(grid[int(np.argmin(errs))], abs=1e-3)

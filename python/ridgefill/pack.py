@@ -104,6 +104,7 @@ def _add_metadata(writer, maps: Maps, identity: ModelIdentity, provenance: Prove
     writer.add_array(KEY.format("lambda"), [float(f.lam) for f in maps.fits])
     writer.add_array(KEY.format("heldout_r2"), [float(f.r2_ridge) for f in maps.fits])
     writer.add_array(KEY.format("heldout_r2_identity"), [float(f.r2_identity) for f in maps.fits])
+    writer.add_array(KEY.format("identity_blend"), [float(f.blend) for f in maps.fits])
     writer.add_uint64(KEY.format("calib_tokens"), int(provenance.n_tokens))
     writer.add_string(KEY.format("corpus_hash"), provenance.corpus_hash)
     writer.add_string(KEY.format("base_sha256"), identity.base_sha256)
@@ -126,7 +127,7 @@ def inspect(path: str | os.PathLike, base: str | os.PathLike | None = None) -> d
         total += nbytes
         layers.append({
             "layer": layer,
-            **{k: _per_layer(meta, k, layer) for k in ("lambda", "r2_ridge", "r2_identity")},
+            **{k: _per_layer(meta, k, layer) for k in _STAT_KEYS},
             "type": w.tensor_type.name,
             "shape": [int(x) for x in w.shape],
             "bias": b is not None,
@@ -137,7 +138,8 @@ def inspect(path: str | os.PathLike, base: str | os.PathLike | None = None) -> d
             "loads": all(c["ok"] for c in checks if c["name"] in validate.LOADER)}
 
 
-_STAT_KEYS = {"lambda": "lambda", "r2_ridge": "heldout_r2", "r2_identity": "heldout_r2_identity"}
+_STAT_KEYS = {"lambda": "lambda", "r2_ridge": "heldout_r2", "r2_identity": "heldout_r2_identity",
+              "blend": "identity_blend"}  # inspect's per-layer name: the metadata key (a list from split + 1)
 
 
 def _per_layer(meta: dict, key: str, layer: int):

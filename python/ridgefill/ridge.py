@@ -6,6 +6,11 @@ W = Cxyᵀ V diag(1/(Λ+λ)) Vᵀ,  b = μy − Wμx.
 λ is chosen per layer on held-out statistics, whose squared error for any (W, b) is a
 closed form in those statistics; λ is scaled by tr(Cxx)/d so one grid fits any model.
 The final maps are refitted on training + held-out statistics with the chosen λ.
+
+Then each map is blended toward the identity, W_α = I + α(W − I), b_α = α b, with α in
+[0, 1] chosen on the held-out statistics (their squared error is a parabola in α): α = 1
+keeps the ridge map, α = 0 falls back to the identity for a layer where the held-out rows
+say the identity predicts better. Both ends, and the α chosen, are reported per layer.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class LayerFit:
     r2_identity: float
     rel_err_ridge: float  # sqrt(SSE / Σ‖y − μy‖²) on held-out rows
     rel_err_identity: float
+    blend: float = 1.0  # α of W = I + α(W_ridge − I); r2_ridge and rel_err_ridge are the blended map's
 
 
 @dataclass
@@ -100,7 +106,20 @@ def grid_sse(eig: "_Eig", a: np.ndarray, mu_y: np.ndarray, ho: Moments, j: int, 
     return out
 
 
-def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True) -> Maps:
+def best_blend(w: np.ndarray, b: np.ndarray, ho: Moments, j: int) -> tuple[float, float]:
+    """(α, held-out SSE) minimising the error of I + α(W − I), α b over α in [0, 1]."""
+    eye = np.eye(len(b))
+    e0, e1 = heldout_sse(eye, 0 * b, ho, j), heldout_sse(w, b, ho, j)
+    eh = heldout_sse((eye + w) / 2, b / 2, ho, j)
+    c = 2.0 * (e1 + e0 - 2.0 * eh)  # SSE(α) = e0 + β α + c α², through α = 0, 1/2, 1
+    beta = e1 - e0 - c
+    alpha = 1.0 if c <= 0 else float(np.clip(-beta / (2.0 * c), 0.0, 1.0))
+    candidates = {0.0: e0, 1.0: e1, alpha: e0 + beta * alpha + c * alpha**2}
+    alpha = min(candidates, key=candidates.get)
+    return alpha, candidates[alpha]
+
+
+def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blend: bool = True) -> Maps:
     stats.check_finite()
     tr, ho = stats.train, stats.heldout
     if ho.n < 2:
@@ -121,26 +140,30 @@ def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True) -> M
         errs = grid_sse(eig, a, mu_y, ho, j, [g * eig.scale for g in grid])
         best = int(np.argmin(errs))
         sse_id = heldout_sse(eye, np.zeros(d), ho, j)
+        alpha, sse = 1.0, errs[best]
+        if blend:
+            alpha, sse = best_blend(*eig.solve(a, mu_y, grid[best] * eig.scale), ho, j)
         fits.append(LayerFit(
             layer=layer,
             lam=grid[best] * final_eig.scale,
             lam_rel=float(grid[best]),
-            r2_ridge=1.0 - errs[best] / sst,
+            r2_ridge=1.0 - sse / sst,
             r2_identity=1.0 - sse_id / sst,
-            rel_err_ridge=float(np.sqrt(max(errs[best], 0.0) / sst)),
+            rel_err_ridge=float(np.sqrt(max(sse, 0.0) / sst)),
             rel_err_identity=float(np.sqrt(max(sse_id, 0.0) / sst)),
+            blend=alpha,
         ))
         fa, fmu = final_eig.a_matrix(final_mom, j)
         w, b = final_eig.solve(fa, fmu, grid[best] * final_eig.scale)
-        weights[j], biases[j] = w, b
+        weights[j], biases[j] = eye + alpha * (w - eye), alpha * b
     return Maps(stats.split, list(stats.layers), weights, biases, fits)
 
 
 def report(maps: Maps) -> str:
-    lines = ["layer   λ/scale   R² ridge  R² identity  rel.err ridge  rel.err identity",
-             "-----  --------  --------  -----------  -------------  ----------------"]
+    lines = ["layer   λ/scale     α  R² ridge  R² identity  rel.err ridge  rel.err identity",
+             "-----  --------  ----  --------  -----------  -------------  ----------------"]
     for f in maps.fits:
-        lines.append(f"{f.layer:5d}  {f.lam_rel:8.1e}  {f.r2_ridge:8.4f}  {f.r2_identity:11.4f}  "
+        lines.append(f"{f.layer:5d}  {f.lam_rel:8.1e}  {f.blend:4.2f}  {f.r2_ridge:8.4f}  {f.r2_identity:11.4f}  "
                      f"{f.rel_err_ridge:13.4f}  {f.rel_err_identity:16.4f}")
     return "\n".join(lines)
 

@@ -131,7 +131,7 @@ def _map_problem(w, b, layer: int, d: int) -> str | None:
 
 
 def _finite_stats(reader) -> Check:
-    for key in ("lambda", "heldout_r2", "heldout_r2_identity"):
+    for key in ("lambda", "heldout_r2", "heldout_r2_identity", "identity_blend"):
         f = reader.get_field(f"ridgefill.{key}")
         if f is None:
             continue
