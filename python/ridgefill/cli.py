@@ -393,6 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_eval import add_eval_parser
 
     add_eval_parser(sub)
+    from .tune import add_parser as add_tune_parser
+
+    add_tune_parser(sub)
 
     dm = sub.add_parser("demo", help="the main job on the default model (what `make demo` runs)")
     dm.add_argument("--model", default=models.DEFAULT_MODEL, choices=sorted(models.REGISTRY))

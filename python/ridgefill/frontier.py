@@ -1,0 +1,229 @@
+"""The quality-speed frontier of one base model: maps for candidate splits from one capture,
+then every operating point (split, tail, prompt length) measured side by side.
+
+Quality: the eval runner (evals.runner) on the same items for exact, identity and ridge:
+filled-region needle score and distant-token loss, with paired-bootstrap intervals.
+Speed: the cost model's bound for every point and, when asked, llama-bench TTFT medians
+(exact and fill interleaved in one run, bench.ttft) with the range of paired run ratios.
+
+Work directory (resumable: a rerun measures only what is missing):
+  fit/manifest.json   base sha256 and capture settings; fit/s{S}.maps.npz, fit/s{S}.gguf
+  eval/               the eval runner's store (results.jsonl, items, summary)
+  ttft/s{S}-t{T}.json llama-bench summaries
+  frontier.json, frontier.md, frontier.png
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from . import costmodel, pack, pipeline, ridge
+from .calibrate import CaptureConfig
+from .errors import InputError
+from .fetch import sha256_file
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    tokens: int = 16384
+    window: int = 2048
+    seed: int = 0
+    threads: int | None = None
+
+    def manifest(self, base: Path) -> dict:
+        return {"base_sha256": sha256_file(base), **{k: v for k, v in asdict(self).items() if k != "threads"}}
+
+
+def fit_candidates(base: Path, splits: Sequence[int], cfg: FitConfig, work: Path, log: Log) -> dict[int, Path]:
+    """split -> augmented GGUF, fitted from one capture pass for every split not yet in work/fit."""
+    fit_dir = work / "fit"
+    fit_dir.mkdir(parents=True, exist_ok=True)
+    manifest_path, want = fit_dir / "manifest.json", cfg.manifest(base)
+    if manifest_path.exists():
+        have = json.loads(manifest_path.read_text())
+        if have != want:
+            raise InputError(f"{fit_dir} holds maps fitted with {have}, not {want}: use another work directory")
+    else:
+        manifest_path.write_text(json.dumps(want, indent=1))
+    out = {s: fit_dir / f"s{s}.gguf" for s in splits}
+    todo = [s for s in splits if not out[s].exists()]
+    if todo:
+        log(f"capture for split(s) {todo}: {cfg.tokens} tokens, one pass")
+        capture = CaptureConfig(split=todo[0], tokens=cfg.tokens, window=cfg.window, seed=cfg.seed, threads=cfg.threads)
+        for stats in pipeline.calibrate_splits(base, capture, todo):
+            maps_path = fit_dir / f"s{stats.split}.maps.npz"
+            pipeline.fit_and_pack(base, stats, out[stats.split], maps_out=maps_path)
+    return out
+
+
+@dataclass(frozen=True)
+class Point:
+    split: int
+    sinks: int
+    tail: int
+    n_tokens: int
+
+
+def needle_row(summary: list[dict], pt: Point) -> dict | None:
+    return _summary_row(summary, "needle", "all", "score", pt) or _summary_row(summary, "needle", None, "score", pt)
+
+
+def _summary_row(summary, task, group, metric, pt: Point) -> dict | None:
+    for r in summary:
+        if (r["task"], r["metric"]) == (task, metric) and (group is None or r["group"] == group) and \
+                (r["split"], r["sinks"], r["tail"], r["n_tokens"]) == (pt.split, pt.sinks, pt.tail, pt.n_tokens):
+            return r
+    return None
+
+
+def row_for(pt: Point, summary: list[dict], shape: costmodel.Shape, ttft: dict | None) -> dict:
+    """One operating point: speed (bound, measured) and quality (means and intervals per variant)."""
+    out = {**asdict(pt), "bound_ridge": costmodel.bound(shape, pt.n_tokens, pt.split, pt.sinks, pt.tail),
+           "bound_identity": costmodel.bound(shape, pt.n_tokens, pt.split, pt.sinks, pt.tail, with_map=False)}
+    if ttft:
+        res = next((r for r in ttft["results"] if r["n_tokens"] == pt.n_tokens), None)
+        for mode in ("ridge", "identity"):
+            if res and f"ratio_{mode}" in res:
+                out[f"speedup_{mode}"], out[f"speedup_range_{mode}"] = res[f"ratio_{mode}"], res[f"ratio_range_{mode}"]
+    needles = needle_row(summary, pt)
+    if needles:
+        out["needle"] = {v: m["mean"] for v, m in needles["means"].items()}
+        out["needle_n"] = max(m["n"] for m in needles["means"].values())
+        out["needle_diff"] = needles["diffs"]
+    loss = _summary_row(summary, "loss", "loss", "loss_distant", pt)
+    if loss:
+        out["loss_distant"] = {v: m["mean"] for v, m in loss["means"].items()}
+        out["loss_diff"] = loss["diffs"]
+    return out
+
+
+def speedup(row: dict, mode: str = "ridge") -> float:
+    """Measured TTFT ratio where there is one, else the cost-model bound."""
+    return row.get(f"speedup_{mode}", row[f"bound_{mode}"])
+
+
+def share_of_exact(row: dict, mode: str) -> float | None:
+    n = row.get("needle", {})
+    if mode not in n or "exact" not in n:
+        return None
+    return n[mode] / n["exact"] if n["exact"] > 0 else None
+
+
+# ---- report ---------------------------------------------------------------------------------
+
+def _iv(d: dict | None) -> str:
+    if not d:
+        return "–"
+    return f"{d['mean']:+.1f} [{d['lo']:+.1f}, {d['hi']:+.1f}]"
+
+
+def _ivl(d: dict | None) -> str:
+    if not d:
+        return "–"
+    return f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
+
+
+def _speed(row: dict, mode: str) -> str:
+    bound = f"{row[f'bound_{mode}']:.2f}x"
+    if f"speedup_{mode}" not in row:
+        return f"– (bound {bound})"
+    lo, hi = row[f"speedup_range_{mode}"]
+    return f"{row[f'speedup_{mode}']:.2f}x [{lo:.2f}, {hi:.2f}] (bound {bound})"
+
+
+def markdown(rows: list[dict], title: str = "") -> str:
+    lines = [f"## {title}" if title else "",
+             "| split | tail | N | speed-up ridge | speed-up identity | needles exact / identity / ridge (n) | "
+             "ridge − identity [95 %] | ridge − exact [95 %] | distant loss ridge − exact [95 %] |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        n = r.get("needle", {})
+        cells = " / ".join(f"{n[v]:.1f}" if v in n else "–" for v in ("exact", "identity", "ridge"))
+        d, ld = r.get("needle_diff", {}), r.get("loss_diff", {})
+        lines.append(f"| {r['split']} | {r['tail']} | {r['n_tokens']} | {_speed(r, 'ridge')} | {_speed(r, 'identity')} | "
+                     f"{cells} (n={r.get('needle_n', 0)}) | {_iv(d.get('ridge-identity'))} | {_iv(d.get('ridge-exact'))} | "
+                     f"{_ivl(ld.get('ridge-exact'))} |")
+    return "\n".join(line for line in lines if line is not None) + "\n"
+
+
+def plot(rows: list[dict], out_png: Path, title: str = "") -> Path:
+    """x = speed-up (measured, else the bound), y = needle score as a share of exact; one line per
+    fill mode and prompt length; exact is the ceiling at 1."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for n in sorted({r["n_tokens"] for r in rows}):
+        for tail in sorted({r["tail"] for r in rows}):
+            for mode, style in (("identity", "--o"), ("ridge", "-s")):
+                pts = sorted((speedup(r, mode), share_of_exact(r, mode), r["split"]) for r in rows
+                             if r["n_tokens"] == n and r["tail"] == tail and share_of_exact(r, mode) is not None)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=f"{mode}, N={n}, T={tail}")
+                    for x, y, s in pts:
+                        ax.annotate(f"s{s}", (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.axhline(1.0, color="k", lw=0.8, label="exact")
+    ax.set_xlabel("TTFT speed-up over exact (measured where available, else cost-model bound)")
+    ax.set_ylabel("needle score / exact")
+    ax.set_title(title or "quality vs speed")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=120)
+    plt.close(fig)
+    return out_png
+
+
+def check_budgets(budget_needles: float, budget_loss: float) -> None:
+    for name, v in (("--budget-needles", budget_needles), ("--budget-loss", budget_loss)):
+        if not v >= 0:
+            raise InputError(f"{name} must be >= 0, not {v}")
+
+
+def meets(row: dict, budget_needles: float, budget_loss: float) -> bool:
+    """Ridge's needle mean within budget_needles points of exact's, and its distant-token loss
+    within budget_loss nats of exact's (where the loss was measured)."""
+    n = row.get("needle", {})
+    if "ridge" not in n or "exact" not in n:
+        return False
+    if n["ridge"] < n["exact"] - budget_needles:
+        return False
+    gap = row.get("loss_diff", {}).get("ridge-exact")
+    return gap is None or gap["mean"] <= budget_loss
+
+
+def configs(rows: list[dict]) -> dict[tuple[int, int, int], list[dict]]:
+    """(split, sinks, tail) -> its rows, one per prompt length: a GGUF's defaults serve every length."""
+    out: dict[tuple[int, int, int], list[dict]] = {}
+    for r in rows:
+        out.setdefault((r["split"], r["sinks"], r["tail"]), []).append(r)
+    return out
+
+
+def choose(rows: list[dict], budget_needles: float, budget_loss: float) -> tuple[dict | None, dict | None]:
+    """(the fastest configuration that meets both budgets at every length, or None; the best-quality one).
+    Each is its row at the longest prompt."""
+    groups = configs(rows)
+    longest = {k: max(g, key=lambda r: r["n_tokens"]) for k, g in groups.items()}
+    ok = [longest[k] for k, g in groups.items() if all(meets(r, budget_needles, budget_loss) for r in g)]
+    worst = {k: min((share_of_exact(r, "ridge") or 0.0) for r in g) for k, g in groups.items()}
+    best = max(longest, key=lambda k: (worst[k], speedup(longest[k])), default=None)
+    return (max(ok, key=speedup) if ok else None), (longest[best] if best else None)
+
+
+def load_maps(work: Path, split: int):
+    return ridge.load_maps(work / "fit" / f"s{split}.maps.npz")
+
+
+def write_tuned(base: Path, work: Path, row: dict, out: Path) -> Path:
+    """The augmented GGUF of the chosen split, with the chosen sinks and tail as its defaults."""
+    maps, identity, provenance = load_maps(work, row["split"])
+    pack.pack(base, maps, identity, provenance, out, defaults=pack.Defaults(row["sinks"], row["tail"]))
+    return out

@@ -1,0 +1,132 @@
+"""`ridgefill tune`: measure the frontier over candidate splits and tails, then pick the fastest
+operating point within a quality budget and write it as the GGUF's defaults.
+
+Without -o it only measures and reports (the frontier reports in bench/results come from it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from . import frontier
+from .cli_args import list_option
+from .costmodel import Shape
+from .errors import RidgefillError
+from .evals import profiles, runner
+from .evals.session import Session, variants_named
+
+MAX_NEW = 256  # room after the prompt for generated answers (as cli_eval)
+
+
+class NoOperatingPoint(RidgefillError):
+    pass
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("tune", help="fit candidate splits from one capture, measure quality and speed, and write the "
+                                    "fastest configuration within a quality budget")
+    p.add_argument("base", help="base GGUF")
+    list_option(p, "--splits", int, metavar="S", help="candidate split layers (default: the upper half, "
+                                                      "L/2 .. L-3)")
+    list_option(p, "--tails", int, metavar="T", help="candidate tail rows (default 1024)")
+    p.add_argument("--sinks", type=int, default=4)
+    list_option(p, "--lengths", int, metavar="N", help="prompt lengths (default 4096)")
+    p.add_argument("--budget-needles", type=float, default=5.0, help="needle points ridge may lose against exact")
+    p.add_argument("--budget-loss", type=float, default=0.02, help="nats of distant-token loss ridge may add")
+    p.add_argument("--profile", choices=sorted(profiles.PROFILES), default="quick", help="eval plan (default quick)")
+    p.add_argument("--needles-only", action="store_true", help="skip the loss measurement (a wide first pass)")
+    list_option(p, "--needle-tasks", metavar="TASK", help="needle tasks (default: the profile's)")
+    p.add_argument("--items", type=int, help="needle items per task and length (default: the profile's)")
+    p.add_argument("--docs", type=int, help="loss documents per length (default: the profile's)")
+    list_option(p, "--modes", default=None, help="variants (default exact,identity,ridge)")
+    p.add_argument("--tokens", type=int, default=16384, help="calibration tokens of the one capture")
+    p.add_argument("--measure", action="store_true", help="also time each candidate with llama-bench")
+    p.add_argument("--runs", type=int, default=3, help="llama-bench runs per mode and length with --measure")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--work-dir", help="resumable work directory (default ridgefill-tune-<base name>)")
+    p.add_argument("--title", help="report title")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("-o", "--output", help="augmented GGUF to write with the chosen split, sinks and tail")
+    p.set_defaults(func=cmd_tune)
+
+
+def default_splits(n_layer: int) -> list[int]:
+    return list(range(n_layer // 2, n_layer - 2))
+
+
+def plan_from_args(args) -> profiles.Plan:
+    return profiles.get(args.profile).with_(
+        lengths=args.lengths or (4096,), tails=args.tails or (1024,), sinks=args.sinks,
+        needle_tasks=args.needle_tasks, needle_items=args.items, loss_items=args.docs,
+        tasks=("needle",) if args.needles_only else ("needle", "loss"))
+
+
+def measure_ttft(gguf: Path, split: int, sinks: int, tail: int, lengths: Sequence[int], modes, runs: int,
+                 threads: int, work: Path, log) -> dict:
+    from . import bench
+
+    path = work / "ttft" / f"s{split}-t{tail}.json"
+    if path.exists():
+        have = json.loads(path.read_text())
+        if sorted(r["n_tokens"] for r in have["results"]) == sorted(lengths) and have["modes"] == list(modes):
+            return have
+    log(f"llama-bench: split {split}, tail {tail}, {list(lengths)} tokens, {runs} runs of {', '.join(modes)}")
+    out = bench.ttft(str(gguf), list(lengths), runs=runs, modes=modes, threads=threads, sinks=sinks, tail=tail,
+                     split=split, progress=lambda m: None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1))
+    return out
+
+
+def run(args, log) -> tuple[list[dict], Path]:
+    base = Path(args.base)
+    work = Path(args.work_dir or f"ridgefill-tune-{base.stem}")
+    shape = Shape.from_gguf(base)
+    frontier.check_budgets(args.budget_needles, args.budget_loss)
+    splits = sorted(set(args.splits or default_splits(shape.n_layer)))
+    fit_cfg = frontier.FitConfig(tokens=args.tokens, threads=args.threads)
+    cands = frontier.fit_candidates(base, splits, fit_cfg, work, log)
+    plan = plan_from_args(args).with_(splits=tuple(splits))
+    variants = variants_named(args.modes or ("exact", "identity", "ridge"))
+    session = Session([base] + [cands[s] for s in splits], n_ctx=max(plan.lengths) + MAX_NEW, threads=args.threads)
+    res = runner.run(session, plan, work / "eval", variants, progress=not args.quiet, log=log, plots=False)
+    log(f"eval: {res.n_run} measured, {res.n_resumed} resumed")
+    modes = tuple(v.name for v in variants if v.name in ("exact", "identity", "ridge"))
+    rows = []
+    for s in splits:
+        for tail in plan.tails:
+            ttft = (measure_ttft(cands[s], s, plan.sinks, tail, plan.lengths, modes, args.runs, args.threads or 2,
+                                 work, log) if args.measure else None)
+            for n in plan.lengths:
+                rows.append(frontier.row_for(frontier.Point(s, plan.sinks, tail, n), res.document["summary"], shape, ttft))
+    title = args.title or f"{base.name}: quality vs speed by split"
+    (work / "frontier.json").write_text(json.dumps({"base": str(base), "plan": res.document["run"]["plan"],
+                                                    "tokens": args.tokens, "rows": rows}, indent=1))
+    (work / "frontier.md").write_text(frontier.markdown(rows, title))
+    frontier.plot(rows, work / "frontier.png", title)
+    return rows, work
+
+
+def cmd_tune(args) -> int:
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    rows, work = run(args, log)
+    print((work / "frontier.md").read_text())
+    print(f"frontier: {work / 'frontier.md'}, {work / 'frontier.png'}")
+    if not args.output:
+        return 0
+    chosen, best = frontier.choose(rows, args.budget_needles, args.budget_loss)
+    if chosen is None:
+        where = ("none measured" if best is None else
+                 f"the best found is split {best['split']}, tail {best['tail']} at {best['n_tokens']} tokens: "
+                 f"needles {best.get('needle', {}).get('ridge', float('nan')):.1f} vs exact "
+                 f"{best.get('needle', {}).get('exact', float('nan')):.1f}")
+        raise NoOperatingPoint(f"no configuration meets --budget-needles {args.budget_needles} and --budget-loss "
+                               f"{args.budget_loss}; {where}. Widen the budget or add earlier splits / longer tails")
+    frontier.write_tuned(Path(args.base), work, chosen, Path(args.output))
+    print(f"chosen: split {chosen['split']}, sinks {chosen['sinks']}, tail {chosen['tail']} "
+          f"({frontier.speedup(chosen):.2f}x, needles {chosen['needle']['ridge']:.1f} vs exact {chosen['needle']['exact']:.1f})")
+    print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,86 @@
+"""`ridgefill tune`: the choice of an operating point from measured rows, and the command end to end."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ridgefill import frontier, pack
+from ridgefill.errors import InputError
+
+
+def _row(split, tail, n, exact, ridge, bound, loss_gap=None, measured=None):
+    r = {"split": split, "sinks": 4, "tail": tail, "n_tokens": n, "bound_ridge": bound, "bound_identity": bound + 0.01,
+         "needle": {"exact": exact, "identity": 0.0, "ridge": ridge}, "needle_n": 24, "needle_diff": {}}
+    if loss_gap is not None:
+        r["loss_diff"] = {"ridge-exact": {"mean": loss_gap, "lo": loss_gap - 0.01, "hi": loss_gap + 0.01}}
+    if measured is not None:
+        r["speedup_ridge"], r["speedup_range_ridge"] = measured, [measured - 0.05, measured + 0.05]
+    return r
+
+
+def test_choose_takes_the_fastest_configuration_within_both_budgets():
+    rows = [_row(15, 1024, 4096, 80, 40, 1.44), _row(17, 1024, 4096, 80, 77, 1.36, loss_gap=0.05),
+            _row(18, 1024, 4096, 80, 76, 1.32, loss_gap=0.01), _row(20, 1024, 4096, 80, 80, 1.25, loss_gap=0.0)]
+    chosen, best = frontier.choose(rows, budget_needles=5, budget_loss=0.02)
+    assert chosen["split"] == 18  # 17 is faster and within the needle budget, but over the loss budget
+    assert frontier.choose(rows, 5, 0.1)[0]["split"] == 17
+    assert frontier.choose(rows, 0, 0.1)[0]["split"] == 20
+    assert best["split"] == 20
+
+
+def test_choose_prefers_a_measured_speedup_over_the_bound():
+    rows = [_row(17, 1024, 4096, 80, 80, 1.36, measured=1.10), _row(18, 1024, 4096, 80, 80, 1.32, measured=1.25)]
+    assert frontier.choose(rows, 5, 0.02)[0]["split"] == 18
+
+
+def test_a_configuration_must_meet_the_budget_at_every_length():
+    rows = [_row(17, 1024, 4096, 80, 80, 1.36), _row(17, 1024, 8192, 80, 60, 1.49),
+            _row(19, 1024, 4096, 80, 80, 1.28), _row(19, 1024, 8192, 80, 78, 1.40)]
+    chosen, _ = frontier.choose(rows, 5, 0.02)
+    assert (chosen["split"], chosen["n_tokens"]) == (19, 8192)  # the row at the longest prompt
+
+
+def test_no_configuration_meets_the_budget():
+    rows = [_row(15, 1024, 4096, 80, 10, 1.44), _row(17, 1024, 4096, 80, 50, 1.36)]
+    chosen, best = frontier.choose(rows, 5, 0.02)
+    assert chosen is None and best["split"] == 17
+    with pytest.raises(InputError, match="--budget-needles must be >= 0"):
+        frontier.check_budgets(-1, 0.02)
+    with pytest.raises(InputError, match="--budget-loss"):
+        frontier.check_budgets(5, float("nan"))
+
+
+def test_report_shows_intervals_and_both_speeds(tmp_path):
+    r = _row(17, 1024, 4096, 80, 60, 1.36, loss_gap=0.05, measured=1.3)
+    r["needle_diff"] = {"ridge-identity": {"mean": 20.0, "lo": 5.0, "hi": 35.0}}
+    md = frontier.markdown([r], "t")
+    assert "1.30x [1.25, 1.35] (bound 1.36x)" in md and "+20.0 [+5.0, +35.0]" in md and "+0.050 [+0.040, +0.060]" in md
+    assert "– (bound 1.37x)" in md  # identity was not timed
+    assert frontier.plot([r], tmp_path / "f.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_tune_end_to_end_on_smollm2(smollm2_path, tmp_path):
+    """Two candidate splits from one capture, the quick needles at 1K, a generous budget: the written
+    GGUF carries the chosen split, sinks and tail; a rerun resumes everything."""
+    work, out = tmp_path / "work", tmp_path / "tuned.gguf"
+    cmd = [sys.executable, "-m", "ridgefill", "tune", str(smollm2_path), "--splits", "24", "26", "--tails", "256",
+           "--lengths", "1024", "--needles-only", "--needle-tasks", "single/noise/number", "--items", "2",
+           "--tokens", "2048", "--budget-needles", "100", "--threads", "2", "--work-dir", str(work), "--quiet",
+           "-o", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((work / "frontier.json").read_text())
+    assert sorted(row["split"] for row in doc["rows"]) == [24, 26]
+    chosen = max(doc["rows"], key=frontier.speedup)  # with a 100-point budget every row qualifies
+    meta = pack.inspect(out)["metadata"]
+    assert (meta["split_layer"], meta["sink_rows"], meta["tail_rows"]) == (chosen["split"], 4, 256)
+    assert f"chosen: split {chosen['split']}, sinks 4, tail 256" in r.stdout
+    assert (work / "frontier.png").stat().st_size > 0 and "| 24 | 256 | 1024 |" in (work / "frontier.md").read_text()
+    again = subprocess.run(cmd[:-2], capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0 and "capture" not in again.stderr, again.stderr[-2000:]
+    assert "eval: 0 measured, 10 resumed" in again.stderr  # 2 items x (exact, identity and ridge at 2 splits)
+    bad = subprocess.run(cmd[:-2] + ["--tokens", "4096"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "use another work directory" in bad.stderr
