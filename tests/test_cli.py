@@ -62,3 +62,17 @@ def test_every_list_option_takes_spaces_commas_or_both(capsys):
     with pytest.raises(SystemExit):
         ap.parse_args(["eval", "needle", "--lengths", "1k"])
     assert "'1k' is not a valid int" in capsys.readouterr().err
+
+
+def test_integer_list_options_take_ranges(capsys):
+    from ridgefill import cli
+
+    ap = cli.build_parser()
+    t = ap.parse_args(["tune", "b.gguf", "--splits", "15-18", "22", "--tails", "512,1024"])
+    assert t.splits == (15, 16, 17, 18, 22) and t.tails == (512, 1024)
+    with pytest.raises(SystemExit):
+        ap.parse_args(["tune", "b.gguf", "--splits", "18-15"])
+    assert "range '18-15' is empty" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ap.parse_args(["tune", "b.gguf", "--splits", "15-x"])
+    assert "'x' is not a valid int" in capsys.readouterr().err

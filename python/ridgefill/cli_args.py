@@ -2,6 +2,7 @@
 
 Every option that takes several values accepts them space-separated, comma-separated or both:
 `--lengths 1024 2048`, `--lengths 1024,2048` and `--lengths 1024, 2048` are the same list.
+Integer options also take inclusive ranges: `--splits 15-18` is `--splits 15 16 17 18`.
 """
 
 from __future__ import annotations
@@ -20,15 +21,25 @@ def list_option(p: argparse.ArgumentParser, flag: str, item: Callable = str, cho
     """Add `flag` taking one or more values of type `item` (optionally from `choices`), as a tuple."""
     def parse(text: str) -> list:
         out = []
-        for x in (x for x in text.split(",") if x.strip()):
-            try:
-                v = item(x.strip())
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"{x.strip()!r} is not a valid {item.__name__}") from None
-            if choices is not None and v not in choices:
-                raise argparse.ArgumentTypeError(f"{v!r} is not one of {', '.join(map(str, choices))}")
-            out.append(v)
+        for x in (x.strip() for x in text.split(",") if x.strip()):
+            for v in _range(x) if item is int and "-" in x[1:] else [_one(x)]:
+                if choices is not None and v not in choices:
+                    raise argparse.ArgumentTypeError(f"{v!r} is not one of {', '.join(map(str, choices))}")
+                out.append(v)
         return out
+
+    def _one(x: str):
+        try:
+            return item(x)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{x!r} is not a valid {item.__name__}") from None
+
+    def _range(x: str) -> list[int]:
+        lo, _, hi = x.partition("-")
+        a, b = _one(lo), _one(hi)
+        if b < a:
+            raise argparse.ArgumentTypeError(f"range {x!r} is empty")
+        return list(range(a, b + 1))
 
     if "default" in kwargs and kwargs["default"] is not None:
         kwargs["default"] = tuple(kwargs["default"])
