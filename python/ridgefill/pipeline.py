@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from . import corpus, pack, ridge
 from .calibrate import CaptureConfig, capture_llama, check_arch, check_split
 from .stats import CalibrationStats, merge_files
 from .errors import InputError
+
+
+RECIPE = 2  # bump when a fit computes something else from the same corpus and settings (2: identity blend)
+
+
+def recipe_key(cfg: CaptureConfig) -> str:
+    """A short hash of what a default-corpus fit depends on besides the base: the corpus, the
+    capture settings and RECIPE (cached fits are keyed by it: demo, tune)."""
+    settings = {k: v for k, v in asdict(cfg).items() if k not in ("threads", "rpc")}
+    blob = json.dumps([RECIPE, corpus.corpus_hash(corpus.default_calibration()), settings], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
 def documents(paths: list[str] | None) -> list[corpus.Document]:
