@@ -70,7 +70,8 @@ def _cmd_fit(args) -> int:
         stats = pipeline.calibrate(args.base, _capture_config(args), args.corpus, args.backend, args.hf)
         if args.stats_out:
             stats.save(args.stats_out)
-    maps = pipeline.fit_and_pack(args.base, stats, args.output, args.type, Defaults(args.sinks, args.tail), args.maps_out)
+    maps = pipeline.fit_and_pack(args.base, stats, args.output, args.type, Defaults(args.sinks, args.tail), args.maps_out,
+                                 blend=not args.no_identity_blend)
     for name, prov in (("training", stats.provenance), ("held-out", stats.heldout_provenance)):
         print(f"{name}: {prov.summary()}")
     print(ridge.report(maps))
@@ -300,6 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     fp.add_argument("--stats", action="append", help="use (and merge) saved statistics instead of capturing")
     fp.add_argument("--stats-out", help="also save the captured statistics")
     fp.add_argument("--maps-out", help="also save the maps (.npz) for `ridgefill convert`")
+    fp.add_argument("--no-identity-blend", action="store_true",
+                    help="keep the plain ridge maps (α = 1) instead of blending toward the identity on held-out rows")
     _add_pack_args(fp)
     fp.add_argument("-o", "--output", help="augmented GGUF to write")
     fp.set_defaults(func=_cmd_fit)

@@ -73,8 +73,8 @@ def load_stats(paths: list[str]) -> CalibrationStats:
 
 
 def fit_and_pack(base, stats: CalibrationStats, out, map_type: str = "f16",
-                 defaults: pack.Defaults = pack.Defaults(), maps_out=None) -> ridge.Maps:
-    maps = ridge.fit(stats)
+                 defaults: pack.Defaults = pack.Defaults(), maps_out=None, blend: bool = True) -> ridge.Maps:
+    maps = ridge.fit(stats, blend=blend)
     if maps_out:
         ridge.save_maps(maps_out, maps, stats.identity, stats.provenance)
     if out:
