@@ -402,3 +402,14 @@ def test_quick_profile_end_to_end(mapped, tmp_path):
     assert doc["run"]["n_run"] == (len(q.needle_tasks) * q.needle_items + q.loss_items) * 3
     groups = {r["group"] for r in doc["summary"]}
     assert groups >= {*q.needle_tasks, "all", "loss"}
+
+
+def test_a_sweep_measures_tasks_round_robin():
+    """A sweep stopped part-way has measured every needle task (and length) alike."""
+    from types import SimpleNamespace
+
+    from ridgefill.evals.runner import interleaved
+
+    items = [SimpleNamespace(task=t, n_tokens=n, id=f"{t}{n}{i}") for t, n, k in (("a", 1, 3), ("b", 1, 2), ("a", 2, 1))
+             for i in range(k)]
+    assert [it.id for it in interleaved(items)] == ["a10", "b10", "a20", "a11", "b11", "a12"]

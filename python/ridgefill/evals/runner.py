@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field, replace
+from itertools import zip_longest
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -87,11 +88,20 @@ def make_items(model, plan: Plan, item_dir: Path) -> dict[str, list]:
     return out
 
 
+def interleaved(items: list) -> list:
+    """Items round-robin over their needle tasks (and lengths), so a sweep stopped part-way has
+    measured every task alike: the first item of each, then the second of each, ..."""
+    groups: dict[tuple, list] = {}
+    for it in items:
+        groups.setdefault((getattr(it, "task", ""), it.n_tokens), []).append(it)
+    return [it for row in zip_longest(*groups.values()) for it in row if it is not None]
+
+
 def jobs(items: dict[str, list], plan: Plan, splits: Sequence[int], variants: Sequence[Variant]) -> Iterator[Job]:
     """Exact first for each item and tail (loss needs its reference), then the other variants."""
     ordered = sorted(variants, key=lambda v: v.name != "exact")
     for task in plan.tasks:
-        for item in items[task]:
+        for item in interleaved(items[task]):
             for tail in plan.tails:
                 for v in ordered:
                     if v.split_free:
