@@ -85,5 +85,9 @@ def test_tune_end_to_end_on_smollm2(smollm2_path, tmp_path):
     again = subprocess.run(cmd[:-2], capture_output=True, text=True, timeout=900)
     assert again.returncode == 0 and "capture" not in again.stderr, again.stderr[-2000:]
     assert "eval: 0 measured, 20 resumed" in again.stderr  # (2 items + 2 documents) x 5 variant-splits
+    report = (work / "frontier.md").read_text()
+    only = subprocess.run(cmd[:-2] + ["--report-only"], capture_output=True, text=True, timeout=300)
+    assert only.returncode == 0 and "eval:" not in only.stderr, only.stderr[-2000:]
+    assert (work / "frontier.md").read_text() == report  # the store's records, nothing measured again
     bad = subprocess.run(cmd[:-2] + ["--tokens", "4096"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "use another work directory" in bad.stderr

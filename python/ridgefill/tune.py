@@ -14,7 +14,7 @@ from typing import Sequence
 from . import frontier
 from .cli_args import list_option
 from .costmodel import Shape
-from .errors import RidgefillError
+from .errors import InputError, RidgefillError
 from .evals import profiles, runner
 from .evals.session import Session, variants_named
 
@@ -48,6 +48,8 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--work-dir", help="resumable work directory (default ridgefill-tune-<base name>)")
     p.add_argument("--title", help="report title")
+    p.add_argument("--report-only", action="store_true",
+                   help="measure nothing: report what the work directory's store holds (a sweep left part-way)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("-o", "--output", help="augmented GGUF to write with the chosen split, sinks and tail")
     p.set_defaults(func=cmd_tune)
@@ -81,30 +83,56 @@ def measure_ttft(gguf: Path, split: int, sinks: int, tail: int, lengths: Sequenc
     return out
 
 
+def measured_summary(args, base: Path, splits, plan, variants, work: Path, log) -> tuple[list[dict], dict]:
+    """Fit what is missing, measure what is missing; the eval summary rows and the plan run."""
+    fit_cfg = frontier.FitConfig(tokens=args.tokens, threads=args.threads)
+    cands = frontier.fit_candidates(base, splits, fit_cfg, work, log)
+    session = Session([base] + [cands[s] for s in splits], n_ctx=max(plan.lengths) + MAX_NEW, threads=args.threads)
+    res = runner.run(session, plan, work / "eval", variants, progress=not args.quiet, log=log, plots=False)
+    log(f"eval: {res.n_run} measured, {res.n_resumed} resumed")
+    return res.document["summary"], res.document["run"]["plan"]
+
+
+def stored_summary(work: Path, plan) -> tuple[list[dict], dict]:
+    """The summary of every record in the work directory's store, as measured so far."""
+    from dataclasses import asdict
+
+    from .evals import report
+    from .evals.store import ResultStore
+
+    store = work / "eval" / "results.jsonl"
+    if not store.is_file():
+        raise InputError(f"{store} does not exist: nothing measured yet")
+    return report.summarize(ResultStore(store).all(), n_boot=plan.n_boot, seed=plan.seed), asdict(plan)
+
+
+def stored_ttft(work: Path, split: int, tail: int) -> dict | None:
+    path = work / "ttft" / f"s{split}-t{tail}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def run(args, log) -> tuple[list[dict], Path]:
     base = Path(args.base)
     work = Path(args.work_dir or f"ridgefill-tune-{base.stem}")
     shape = Shape.from_gguf(base)
     frontier.check_budgets(args.budget_needles, args.budget_loss)
     splits = sorted(set(args.splits or default_splits(shape.n_layer)))
-    fit_cfg = frontier.FitConfig(tokens=args.tokens, threads=args.threads)
-    cands = frontier.fit_candidates(base, splits, fit_cfg, work, log)
     plan = plan_from_args(args).with_(splits=tuple(splits))
     variants = variants_named(args.modes or ("exact", "identity", "ridge"))
-    session = Session([base] + [cands[s] for s in splits], n_ctx=max(plan.lengths) + MAX_NEW, threads=args.threads)
-    res = runner.run(session, plan, work / "eval", variants, progress=not args.quiet, log=log, plots=False)
-    log(f"eval: {res.n_run} measured, {res.n_resumed} resumed")
+    summary, plan_doc = (stored_summary(work, plan) if args.report_only else
+                         measured_summary(args, base, splits, plan, variants, work, log))
     modes = tuple(v.name for v in variants if v.name in ("exact", "identity", "ridge"))
     rows = []
     for s in splits:
         for tail in plan.tails:
-            ttft = (measure_ttft(cands[s], s, plan.sinks, tail, plan.lengths, modes, args.runs, args.threads or 2,
-                                 work, log) if args.measure else None)
+            ttft = (measure_ttft(work / "fit" / f"s{s}.gguf", s, plan.sinks, tail, plan.lengths, modes, args.runs,
+                                 args.threads or 2, work, log) if args.measure and not args.report_only else
+                    stored_ttft(work, s, tail))
             for n in plan.lengths:
-                rows.append(frontier.row_for(frontier.Point(s, plan.sinks, tail, n), res.document["summary"], shape, ttft))
+                rows.append(frontier.row_for(frontier.Point(s, plan.sinks, tail, n), summary, shape, ttft))
     title = args.title or f"{base.name}: quality vs speed by split"
-    (work / "frontier.json").write_text(json.dumps({"base": str(base), "plan": res.document["run"]["plan"],
-                                                    "tokens": args.tokens, "rows": rows}, indent=1))
+    (work / "frontier.json").write_text(json.dumps({"base": str(base), "plan": plan_doc, "tokens": args.tokens,
+                                                    "rows": rows}, indent=1))
     (work / "frontier.md").write_text(frontier.markdown(rows, title))
     frontier.plot(rows, work / "frontier.png", title)
     return rows, work
