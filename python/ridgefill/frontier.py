@@ -140,7 +140,7 @@ def _speed(row: dict, mode: str) -> str:
 
 
 def markdown(rows: list[dict], title: str = "") -> str:
-    lines = [f"## {title}" if title else "",
+    lines = [f"## {title}\n" if title else "",
              "| split | tail | N | speed-up ridge | speed-up identity | needles exact / identity / ridge (n) | "
              "ridge − identity [95 %] | ridge − exact [95 %] | distant loss ridge − exact [95 %] |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -165,13 +165,13 @@ def plot(rows: list[dict], out_png: Path, title: str = "") -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for n in sorted({r["n_tokens"] for r in rows}):
         for tail in sorted({r["tail"] for r in rows}):
-            for mode, style in (("identity", "--o"), ("ridge", "-s")):
+            for mode, style, dy in (("identity", "--o", -11), ("ridge", "-s", 4)):
                 pts = sorted((speedup(r, mode), share_of_exact(r, mode), r["split"]) for r in rows
                              if r["n_tokens"] == n and r["tail"] == tail and share_of_exact(r, mode) is not None)
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=f"{mode}, N={n}, T={tail}")
                     for x, y, s in pts:
-                        ax.annotate(f"s{s}", (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+                        ax.annotate(f"s{s}", (x, y), fontsize=7, xytext=(3, dy), textcoords="offset points")
     ax.axhline(1.0, color="k", lw=0.8, label="exact")
     ax.set_xlabel("TTFT speed-up over exact (measured where available, else cost-model bound)")
     ax.set_ylabel("needle score / exact")
