@@ -228,3 +228,10 @@ def test_one_capture_feeds_every_split():
         alone.update(acts[split], [acts[il] for il in range(split + 1, 6)])
         for k in ("sum_x", "sum_y", "xtx", "xty", "yy"):
             np.testing.assert_array_equal(getattr(mom, k), getattr(alone, k))
+
+
+def test_a_budget_below_one_piece_still_gets_a_window():
+    """A held-out share of a small --tokens (e.g. 96 of 768) is one short window, not none."""
+    docs = [Document(f"d{i}", "text " * 400, "a") for i in range(3)]
+    ws = list(calib_windows.plan(docs, _byte_tokens, bos=0, window=512, budget=96, min_piece=128, seed=0))
+    assert [len(w.tokens) for w in ws] == [96]

@@ -69,7 +69,7 @@ def plan(docs: list[Document], tokenize: Callable[[str], np.ndarray], bos: int |
     sep = body(SEPARATOR)
 
     left = budget
-    while left >= min_piece + len(head):
+    while left > len(head):  # a small budget still gets one short window
         size = min(window, left)
         parts, names, have = [np.asarray(head, dtype=np.int32)], [], len(head)
         while have < size:
