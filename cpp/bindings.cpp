@@ -182,6 +182,8 @@ class Model {
     bool add_bos() const { return llama_vocab_get_add_bos(vocab_); }
     int rf_split_layer() const { return llama_rf_model_split_layer(model_); }
     int rf_sink_rows() const { return llama_rf_model_sink_rows(model_); }
+    bool rf_has_route() const { return llama_rf_model_has_route(model_); }
+    float rf_route_fraction() const { return llama_rf_model_route_fraction(model_); }
     int rf_tail_rows() const { return llama_rf_model_tail_rows(model_); }
 
     std::string desc() const {
@@ -441,6 +443,20 @@ class Context {
 
     int32_t fill_split() const { return llama_rf_get_split(ctx_); }
 
+    // routed rows: the share p in [0, 1] of each fill ubatch that runs the late layers in full
+    void set_route(float p) {
+        clear_log_tail();
+        if (llama_rf_set_route(ctx_, p) != 0) {
+            std::string why = take_log_tail();
+            throw py::value_error("cannot route " + std::to_string(p) + " of the filled rows: " +
+                                  (why.empty() ? "rejected by llama.cpp" : why));
+        }
+    }
+
+    float route() const { return llama_rf_get_route(ctx_); }
+
+    int64_t routed_count() const { return llama_rf_get_routed(ctx_); }
+
     void set_fill_range(int32_t seq_id, int32_t p0, int32_t p1) {
         if (llama_rf_set_range(ctx_, seq_id, p0, p1) != 0) {
             throw py::value_error("invalid fill range for seq_id " + std::to_string(seq_id));
@@ -592,6 +608,8 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("add_bos", &Model::add_bos)
         .def_property_readonly("rf_split_layer", &Model::rf_split_layer)
         .def_property_readonly("rf_sink_rows", &Model::rf_sink_rows)
+        .def_property_readonly("rf_has_route", &Model::rf_has_route)
+        .def_property_readonly("rf_route_fraction", &Model::rf_route_fraction)
         .def_property_readonly("rf_tail_rows", &Model::rf_tail_rows)
         .def_property_readonly("desc", &Model::desc)
         .def("metadata", &Model::metadata)
@@ -618,6 +636,9 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("fill_mode", &Context::fill_mode)
         .def_property_readonly("fill_split", &Context::fill_split)
         .def("set_fill_range", &Context::set_fill_range, py::arg("seq_id"), py::arg("p0"), py::arg("p1"))
+        .def("set_route", &Context::set_route, py::arg("p"))
+        .def_property_readonly("route", &Context::route)
+        .def_property_readonly("routed_count", &Context::routed_count)
         .def("fill_counts", &Context::fill_counts)
         .def("reset_fill_counts", &Context::reset_fill_counts)
         .def("state_get", &Context::state_get, py::arg("layer"), py::arg("part"), py::arg("seq_id") = 0,

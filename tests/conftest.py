@@ -75,10 +75,11 @@ def sample_text() -> str:
     return Path(textwrap.__file__).read_text()
 
 
-def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str = "f32"):
+def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str = "f32", route_stats: bool = False):
     """`base` + random, non-symmetric F32 maps (W = I + noise, b = noise) at `split`: (Model, Maps).
 
     Far from the identity, so a wrong or transposed map shows; easy to recompute in numpy.
+    `route_stats`: also routing statistics (a random mean, a whitening matrix of random rows).
     """
     import numpy as np
 
@@ -94,6 +95,10 @@ def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str 
     w = (np.eye(d) + 0.05 * rng.normal(size=(len(layers), d, d))).astype(np.float32)
     b = (0.1 * rng.normal(size=(len(layers), d))).astype(np.float32)
     maps = Maps(split, layers, w, b, [LayerFit(l, 0, 0, 0, 0, 0, 0) for l in layers])
+    if route_stats:
+        from ridgefill.route import RouteStats
+
+        maps.route = RouteStats(rng.normal(size=d).astype(np.float32), np.tril(rng.normal(size=(d, d))).astype(np.float32))
     return Model(pack.pack(base, maps, ident, Provenance(), out, map_type=map_type)), maps
 
 

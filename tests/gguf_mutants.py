@@ -180,4 +180,39 @@ def _structural_mutants(m: _Model, rng) -> list[Mutant]:
         add(f"{key}-int32-neg", key, kvs=_with_key(m, key, -1, V.INT32))
         add(f"{key}-f32", key, kvs=_with_key(m, key, 4.5, V.FLOAT32))
         add(f"{key}-bool", key, kvs=_with_key(m, key, True, V.BOOL))
+    _route_mutants(m, split, add)
     return out
+
+
+def _route_mutants(m: _Model, split: int, add) -> None:
+    """Routing statistics (blk.{split}.ridge_route.mean/whiten, ridgefill.route_fraction), when present."""
+    names = {t.name: t for t in m.tensors if ".ridge_route." in t.name}
+    if not names:
+        return
+    mean, whiten = names[f"blk.{split}.ridge_route.mean"], names[f"blk.{split}.ridge_route.whiten"]
+    d = mean.data.shape[0]
+    for t in (mean, whiten):
+        f32 = t.data.astype(np.float32)
+        for qt, arr in [(Q.F16, f32.astype(np.float16)), (Q.I32, f32.astype(np.int32)), (Q.F64, f32.astype(np.float64))]:
+            add(f"route-type-{qt.name}-{t.name}", t.name, tensors=_replace(m, t.name, _Tensor(t.name, arr, qt)))
+        for bad in (np.nan, np.inf):
+            arr = f32.copy()
+            arr.reshape(-1)[-1] = bad
+            add(f"route-nonfinite-{bad}-{t.name}", t.name, tensors=_replace(m, t.name, _Tensor(t.name, arr, Q.F32)))
+        add(f"route-missing-{t.name}", t.name, tensors=_replace(m, t.name, None))
+        moved = t.name.replace(f"blk.{split}.", "blk.0.")
+        add(f"route-moved-{t.name}", moved, tensors=_replace(m, t.name, _Tensor(moved, f32, Q.F32)))
+    for shape in [(d, d + 1), (d - 1, d), (d,)]:
+        arr = np.resize(whiten.data.astype(np.float32), shape)
+        add(f"route-shape-whiten-{'x'.join(map(str, shape))}", whiten.name,
+            tensors=_replace(m, whiten.name, _Tensor(whiten.name, arr, Q.F32)))
+    for shape in [(d + 1,), (d, d)]:
+        arr = np.resize(mean.data.astype(np.float32), shape)
+        add(f"route-shape-mean-{'x'.join(map(str, shape))}", mean.name,
+            tensors=_replace(m, mean.name, _Tensor(mean.name, arr, Q.F32)))
+    key = "ridgefill.route_fraction"
+    for v in (-0.1, 1.5, float("nan"), float("inf")):
+        add(f"route_fraction={v}", key, kvs=_with_key(m, key, v, V.FLOAT32))
+    add("route_fraction-string", key, kvs=_with_key(m, key, "0.1", V.STRING))
+    add("route_fraction-without-statistics", key, kvs=_with_key(m, key, 0.25, V.FLOAT32),
+        tensors=[t for t in m.tensors if ".ridge_route." not in t.name])

@@ -40,6 +40,10 @@ ctx = model.context(**kw)
 try:
     ctx.set_fill("ridge")
     ctx.prefill(np.arange(200, 360, dtype=np.int32), sinks=4, tail=8)
+    ctx.set_route(0.25)  # routed rows: the late layers run in full for a quarter of each fill ubatch
+    ctx.seq_rm(0)
+    ctx.prefill(np.arange(200, 360, dtype=np.int32), sinks=4, tail=8)
+    ctx.set_route(0.0)
 except ValueError as err:
     print("NOFILL", err)
 ctx.set_fill("exact")
@@ -57,7 +61,7 @@ print("RAN")
 def augmented(smollm2_path, tmp_path_factory):
     d = tmp_path_factory.mktemp("fuzz")
     base = synth.random_model("tiny-llama", d / "base.gguf", smollm2_path, weight_type="q4_0", n_ctx=2048)
-    model, _ = random_maps_model(base, SPLIT, d / "aug.gguf", seed=1)
+    model, _ = random_maps_model(base, SPLIT, d / "aug.gguf", seed=1, route_stats=True)
     return model.path
 
 

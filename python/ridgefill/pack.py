@@ -23,6 +23,8 @@ FORMAT_VERSION = 1
 KEY = "ridgefill.{}"
 MAP_WEIGHT = "blk.{}.ridge_map.weight"
 MAP_BIAS = "blk.{}.ridge_map.bias"
+ROUTE_MEAN = "blk.{}.ridge_route.mean"
+ROUTE_WHITEN = "blk.{}.ridge_route.whiten"
 MAP_TYPES = {"f32": np.float32, "f16": np.float16}
 
 
@@ -36,6 +38,7 @@ class Defaults:
 
     sink_rows: int = 4
     tail_rows: int = 1024
+    route_fraction: float = 0.0  # share of each fill ubatch routed through the full model
 
     @classmethod
     def stored(cls, sink_rows, tail_rows) -> "Defaults":
@@ -92,6 +95,14 @@ def pack(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, provenanc
         w = maps.weights[j].astype(MAP_TYPES[map_type])  # (d_out, d_in) -> ggml ne = {d_in, d_out}
         extra.append((MAP_WEIGHT.format(layer), np.ascontiguousarray(w)))
         extra.append((MAP_BIAS.format(layer), np.ascontiguousarray(maps.biases[j].astype(np.float32))))
+    if maps.route is not None:
+        maps.route.check(d)
+        extra.append((ROUTE_MEAN.format(maps.split), np.ascontiguousarray(maps.route.mean, np.float32)))
+        extra.append((ROUTE_WHITEN.format(maps.split), np.ascontiguousarray(maps.route.whiten, np.float32)))
+    if not 0.0 <= defaults.route_fraction <= 1.0:
+        raise PackError(f"default route fraction {defaults.route_fraction} out of range [0, 1]")
+    if defaults.route_fraction > 0 and maps.route is None:
+        raise PackError("a default route fraction needs routing statistics, and these maps have none (refit them)")
     return copy_gguf(reader, out, add_keys=lambda w: _add_metadata(w, maps, identity, provenance, defaults),
                      extra_tensors=extra)
 
@@ -101,6 +112,7 @@ def _add_metadata(writer, maps: Maps, identity: ModelIdentity, provenance: Prove
     writer.add_uint32(KEY.format("split_layer"), maps.split)
     writer.add_uint32(KEY.format("sink_rows"), defaults.sink_rows)
     writer.add_uint32(KEY.format("tail_rows"), defaults.tail_rows)
+    writer.add_float32(KEY.format("route_fraction"), float(defaults.route_fraction))
     writer.add_array(KEY.format("lambda"), [float(f.lam) for f in maps.fits])
     writer.add_array(KEY.format("heldout_r2"), [float(f.r2_ridge) for f in maps.fits])
     writer.add_array(KEY.format("heldout_r2_identity"), [float(f.r2_identity) for f in maps.fits])
@@ -134,7 +146,9 @@ def inspect(path: str | os.PathLike, base: str | os.PathLike | None = None) -> d
             "bytes": nbytes,
         })
     checks = [c.as_dict() for c in validate.check_file(path, base, reader)]
-    return {"path": str(path), "metadata": meta, "layers": layers, "map_bytes": total, "checks": checks,
+    split = meta.get("split_layer")
+    route = isinstance(split, int) and ROUTE_WHITEN.format(split) in tensors
+    return {"path": str(path), "metadata": meta, "layers": layers, "map_bytes": total, "route": route, "checks": checks,
             "loads": all(c["ok"] for c in checks if c["name"] in validate.LOADER)}
 
 
@@ -165,6 +179,19 @@ def read_maps(path: str | os.PathLike) -> dict[int, tuple[np.ndarray, np.ndarray
     if not out:
         raise PackError(f"{path} carries no RidgeFill maps")
     return out
+
+
+def read_route(path: str | os.PathLike):
+    """The routing statistics stored on the split layer, or None when the GGUF has none."""
+    from .route import RouteStats
+
+    reader = open_gguf(path)
+    tensors = {t.name: t for t in reader.tensors}
+    split = _field(reader, KEY.format("split_layer"))
+    m, w = tensors.get(ROUTE_MEAN.format(split)), tensors.get(ROUTE_WHITEN.format(split))
+    if m is None or w is None:
+        return None
+    return RouteStats(np.asarray(m.data, np.float32), np.asarray(w.data, np.float32))
 
 
 def _plain(v):

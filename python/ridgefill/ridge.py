@@ -11,6 +11,9 @@ Then each map is blended toward the identity, W_α = I + α(W − I), b_α = α 
 [0, 1] chosen on the held-out statistics (their squared error is a parabola in α): α = 1
 keeps the ridge map, α = 0 falls back to the identity for a layer where the held-out rows
 say the identity predicts better. Both ends, and the α chosen, are reported per layer.
+
+The same statistics give the split-layer state's routing statistics (route.py), stored beside
+the maps so that the fork can route the rows a map handles worst through the full model.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .route import RouteStats
+from .route import from_moments as route_stats
 from .stats import CalibrationStats, Moments
 from .errors import InputError
 
@@ -46,6 +51,7 @@ class Maps:
     weights: np.ndarray  # (m, d_out, d_in), float32, PyTorch Linear orientation
     biases: np.ndarray  # (m, d_out), float32
     fits: list[LayerFit]
+    route: RouteStats | None = None  # the split-layer state's routing statistics (None in older files)
 
 
 class _Eig:
@@ -156,7 +162,7 @@ def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blen
         fa, fmu = final_eig.a_matrix(final_mom, j)
         w, b = final_eig.solve(fa, fmu, grid[best] * final_eig.scale)
         weights[j], biases[j] = eye + alpha * (w - eye), alpha * b
-    return Maps(stats.split, list(stats.layers), weights, biases, fits)
+    return Maps(stats.split, list(stats.layers), weights, biases, fits, route=route_stats(final_mom))
 
 
 def report(maps: Maps) -> str:
@@ -177,7 +183,10 @@ def save_maps(path, maps: Maps, identity, provenance) -> Path:
 
     meta = {"split": maps.split, "layers": maps.layers, "fits": [asdict(f) for f in maps.fits],
             "identity": asdict(identity), "provenance": asdict(provenance)}
-    return save_npz(path, MAPS_FORMAT, meta, {"weights": maps.weights, "biases": maps.biases})
+    arrays = {"weights": maps.weights, "biases": maps.biases}
+    if maps.route is not None:
+        arrays.update(route_mean=maps.route.mean, route_whiten=maps.route.whiten)
+    return save_npz(path, MAPS_FORMAT, meta, arrays)
 
 
 def load_maps(path):
@@ -188,8 +197,9 @@ def load_maps(path):
 
     try:
         meta, data = load_npz(path, MAPS_FORMAT)
+        route = RouteStats(data["route_mean"], data["route_whiten"]) if "route_mean" in data else None
         maps = Maps(int(meta["split"]), list(meta["layers"]), data["weights"], data["biases"],
-                    [LayerFit(**f) for f in meta["fits"]])
+                    [LayerFit(**f) for f in meta["fits"]], route=route)
         return maps, ModelIdentity(**meta["identity"]), Provenance(**meta["provenance"])
     except (KeyError, TypeError, ValueError) as err:
         raise InputError(f"cannot read maps from {path}: {err}") from None

@@ -92,6 +92,8 @@ class Model:
     rf_split_layer = property(lambda self: self._m.rf_split_layer)
     rf_sink_rows = property(lambda self: self._m.rf_sink_rows)
     rf_tail_rows = property(lambda self: self._m.rf_tail_rows)
+    rf_has_route = property(lambda self: self._m.rf_has_route)  # routing statistics on the split layer
+    rf_route_fraction = property(lambda self: self._m.rf_route_fraction)  # ridgefill.route_fraction (0: none)
 
     @property
     def head_dim(self) -> int:
@@ -208,6 +210,17 @@ class Context:
 
     fill_mode = property(lambda self: self._c.fill_mode)
     fill_split = property(lambda self: self._c.fill_split)
+
+    def set_route(self, p: float) -> None:
+        """Routed rows for later fills: of each fill ubatch, the ceil(p·n) rows of highest leverage
+        (route.py) run every layer from the split on in full. 0 routes none."""
+        try:
+            self._c.set_route(float(p))
+        except ValueError as err:
+            raise InputError(str(err)) from None
+
+    route = property(lambda self: self._c.route)
+    routed_count = property(lambda self: self._c.routed_count)  # routed rows since the last reset_fill_counts
 
     def prefill(self, tokens, pos0: int = 0, seq_id: int = 0, on_chunk=None, sinks: int | None = None,
                 tail: int | None = None, before_tail=None) -> PrefillResult:

@@ -18,10 +18,10 @@ import numpy as np
 
 from .fetch import sha256_file
 from .gguf_io import field, open_gguf
-from .pack import FORMAT_VERSION, MAP_BIAS, MAP_WEIGHT
+from .pack import FORMAT_VERSION, MAP_BIAS, MAP_WEIGHT, ROUTE_MEAN, ROUTE_WHITEN
 # the loader's supported set (llama_rf_map_type_supported); each is tested through the fill path
 MAP_WEIGHT_TYPES = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
-LOADER = ("format_version", "split_layer", "sink_rows", "tail_rows", "maps")
+LOADER = ("format_version", "split_layer", "sink_rows", "tail_rows", "maps", "route")
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ def check_file(path: str | os.PathLike, base: str | os.PathLike | None = None,
                                 bound_name="n_ctx_train"))
     split_ok = isinstance(split, int) and 1 <= split < n_layer
     checks.append(_maps(reader, split if split_ok else None, n_layer, n_embd))
+    checks.append(_route(reader, split if split_ok else None, n_embd))
     checks.append(_finite_stats(reader))
     if base is not None:
         checks.append(_base_sha256(reader, Path(base)))
@@ -102,6 +103,39 @@ def _maps(reader, split: int | None, n_layer: int, n_embd: int) -> Check:
         if bad:
             return Check("maps", False, bad)
     return Check("maps", True, f"{n_layer - split - 1} maps, f32/f16 {n_embd}x{n_embd}, finite")
+
+
+def _route(reader, split: int | None, n_embd: int) -> Check:
+    """Routing statistics (patch "model : load RidgeFill routing statistics"): optional, both or
+    neither, f32, on the split layer only; ridgefill.route_fraction in [0, 1] and > 0 only with them."""
+    tensors = {t.name: t for t in reader.tensors if ".ridge_route." in t.name}
+    f = reader.get_field("ridgefill.route_fraction")
+    if f is not None and f.types != [gguf.GGUFValueType.FLOAT32]:
+        return Check("route", False, f"ridgefill.route_fraction is a {'/'.join(t.name for t in f.types)}, expected float32")
+    fraction = float(f.contents()) if f is not None else 0.0
+    if not 0.0 <= fraction <= 1.0:
+        return Check("route", False, f"ridgefill.route_fraction = {fraction:g} is out of range [0, 1]")
+    if split is None:
+        return Check("route", not tensors, "routing statistics not checked: no valid ridgefill.split_layer")
+    names = {ROUTE_MEAN.format(split): [n_embd], ROUTE_WHITEN.format(split): [n_embd, n_embd]}
+    for name in tensors:
+        if name not in names:
+            return Check("route", False, f"{name}: routing statistics belong to the split layer {split} only")
+    if not tensors:
+        if fraction > 0:
+            return Check("route", False, f"ridgefill.route_fraction = {fraction:g} needs {' and '.join(names)}, which are missing")
+        return Check("route", True, "no routing statistics (routing unavailable)")
+    for name, shape in names.items():
+        t = tensors.get(name)
+        if t is None:
+            return Check("route", False, f"{name}: missing; routing needs both {' and '.join(names)}")
+        if t.tensor_type != gguf.GGMLQuantizationType.F32:
+            return Check("route", False, f"{name}: type {t.tensor_type.name}, routing statistics must be F32")
+        if _ne(t) != shape:
+            return Check("route", False, f"{name}: shape {_ne(t)}, expected {shape}")
+        if not np.isfinite(np.asarray(t.data)).all():
+            return Check("route", False, f"{name}: non-finite value (NaN or Inf)")
+    return Check("route", True, f"routing statistics at layer {split}, default fraction {fraction:g}")
 
 
 def _ne(t) -> list[int]:

@@ -1,0 +1,61 @@
+"""Routing statistics: how far a row's split-layer state lies from the calibration rows.
+
+A routed row of a fill ubatch runs every layer from the split on in full instead of taking the
+fill path. The rows picked are those with the highest leverage
+
+    leverage(h) = (h − μ)ᵀ (C + εI)⁻¹ (h − μ) = ‖P (h − μ)‖²,   P = L⁻¹,  L Lᵀ = C + εI
+
+where μ and C are the mean and covariance of the split-layer states in the calibration
+statistics, and ε = ROUTE_EPS · tr(C)/d keeps directions the calibration rows never moved in
+from dominating. The rows a linear map predicts worst are rare ones (a number in prose, a name
+seen once), which lie far from μ in this metric. The GGUF stores μ and P on the split layer
+(blk.{s}.ridge_route.mean, blk.{s}.ridge_route.whiten); the fork scores rows in-graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InputError
+from .stats import Moments
+
+ROUTE_EPS = 1e-3
+
+
+@dataclass
+class RouteStats:
+    mean: np.ndarray  # (d,) float32
+    whiten: np.ndarray  # (d, d) float32, lower triangular: leverage = ‖whiten @ (h − mean)‖²
+
+    def check(self, d: int) -> None:
+        if self.mean.shape != (d,) or self.whiten.shape != (d, d):
+            raise InputError(f"routing statistics of shape {self.mean.shape}/{self.whiten.shape} do not fit n_embd={d}")
+        if not (np.isfinite(self.mean).all() and np.isfinite(self.whiten).all()):
+            raise InputError("routing statistics are not finite")
+
+
+def from_moments(mom: Moments, eps: float = ROUTE_EPS) -> RouteStats:
+    """μ and P from the split-layer state's streamed moments (n, Σx, XᵀX)."""
+    if mom.n < 2:
+        raise InputError(f"need at least 2 calibration rows for routing statistics, have {mom.n}")
+    mu = mom.sum_x / mom.n
+    cov = mom.xtx / mom.n - np.outer(mu, mu)
+    cov = (cov + cov.T) / 2
+    d = len(mu)
+    reg = cov + eps * max(float(np.trace(cov)) / d, np.finfo(np.float64).tiny) * np.eye(d)
+    low = np.linalg.cholesky(reg)
+    whiten = np.linalg.solve(low, np.eye(d))  # L⁻¹, lower triangular
+    return RouteStats(mu.astype(np.float32), whiten.astype(np.float32))
+
+
+def leverage(h: np.ndarray, stats: RouteStats) -> np.ndarray:
+    """Leverage of each row of h (n, d), in float64: the score the fork computes in-graph."""
+    z = (np.asarray(h, np.float64) - stats.mean) @ stats.whiten.astype(np.float64).T
+    return np.einsum("ij,ij->i", z, z)
+
+
+def n_routed(p: float, n_rows: int) -> int:
+    """Rows routed of a fill ubatch of n_rows: ceil(p · n_rows), as the fork computes it (float32)."""
+    return min(n_rows, int(np.ceil(np.float32(p) * np.float32(n_rows))))
