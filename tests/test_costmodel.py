@@ -28,6 +28,16 @@ def test_dense_filled_cost_by_hand():
     assert prefill_cost(DENSE, n, split, k, t) == prefill_cost(DENSE, n) - full_filled + kept
     kept_identity = kept - m * late * 8 * 8
     assert prefill_cost(DENSE, n, split, k, t, with_map=False) == prefill_cost(DENSE, n) - full_filled + kept_identity
+    # routed rows: a leverage product per filled row, then layers split.. in full for the routed share
+    p = 0.25
+    routed = m * 8 * 8 + p * (4 - split) * (m * per_row + 2 * 8 * sum(range(k, n - t)))
+    assert prefill_cost(DENSE, n, split, k, t, route=p) == pytest.approx(prefill_cost(DENSE, n) - full_filled + kept + routed)
+
+
+def test_routing_costs_less_than_the_split_it_replaces_at_small_shares():
+    sh, n = costmodel.SMOLLM2, 4096
+    assert bound(sh, n, 17, 4, 1024, route=0.0) > bound(sh, n, 17, 4, 1024, route=0.05) > bound(sh, n, 17, 4, 1024, route=0.5)
+    assert bound(sh, n, 17, 4, 1024, route=1.0) < 1.0  # routing everything is slower than exact
 
 
 def test_hybrid_costs_by_hand():

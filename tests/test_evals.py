@@ -90,6 +90,22 @@ def test_variants_by_name_and_registered_hooks():
         sess.register(Variant("x", "fast"))
 
 
+def test_routed_variants_by_name():
+    from ridgefill.evals import session as sess
+
+    (a, b) = sess.variants_named(["ridge@5", "identity@2.5%"])
+    assert (a.name, a.mode, a.route) == ("ridge@5", "ridge", 0.05)
+    assert (b.name, b.mode, b.route) == ("identity@2.5", "identity", 0.025)
+    assert not a.split_free
+    for bad in ("ridge@", "ridge@-5", "exact@5", "ridge@5x", "fast@5"):
+        with pytest.raises(ValueError, match="unknown mode"):
+            sess.variants_named([bad])
+    with pytest.raises(ValueError, match="percentage"):
+        sess.variants_named(["ridge@150"])
+    assert stats.pairs(["exact", "identity", "ridge", "ridge@5"])[-2:] == [("ridge@5", "ridge"), ("ridge@5", "identity")]
+    assert ("identity@5", "identity") not in stats.pairs(["exact", "ridge", "identity@5"])
+
+
 # ---- result store (resume) ------------------------------------------------------------------
 
 def _rec(item, variant="exact", **kw):

@@ -328,3 +328,82 @@ def test_routing_is_refused_for_recurrent_memory(shared_models, prompt, tmp_path
     with pytest.raises(InputError, match="recurrent"):
         ctx.set_route(0.1)
     ctx.set_route(0.0)
+
+
+# ---- llama-server and llama-bench ---------------------------------------------------------
+
+SRV_ARGS = ["-b", "256", "-ub", "64", "-fa", "on", "--ridgefill-sink", "64", "--ridgefill-tail", "24"]
+SRV_N = 600  # fill rows [64, 576): eight ubatches of 64
+
+
+def _complete(srv, tokens, **extra):
+    body = {"prompt": [int(t) for t in tokens], "n_predict": 4, "temperature": 0.0, "cache_prompt": True, **extra}
+    return srv.post("/completion", body)
+
+
+@pytest.fixture(scope="module")
+def long_prompt(smollm2, sample_text):
+    return smollm2.tokenize(sample_text)[:SRV_N]
+
+
+@pytest.mark.slow
+def test_server_routes_per_request_and_keys_the_cache_on_it(model, long_prompt):
+    from ridgefill.server import LlamaServer
+
+    m, _ = model
+    with LlamaServer(m.path, SRV_ARGS + ["--ridgefill", "ridge"], ctx=1024, threads=2) as srv:
+        plain = _complete(srv, long_prompt)["timings"]
+        assert plain["ridgefill_filled_n"] == 512 and plain["ridgefill_routed_n"] == 0
+        routed = _complete(srv, long_prompt, ridgefill_route=0.1)["timings"]
+        assert routed["cache_n"] == 0  # KV filled without routing is not reused for a routed request
+        assert routed["ridgefill_filled_n"] == 512 and routed["ridgefill_routed_n"] == 8 * route.n_routed(0.1, 64)
+        again = _complete(srv, long_prompt, ridgefill_route=0.1)["timings"]
+        assert again["cache_n"] > 0
+        other = _complete(srv, long_prompt, ridgefill_route=0.25)["timings"]
+        assert other["cache_n"] == 0 and other["ridgefill_routed_n"] == 8 * route.n_routed(0.25, 64)
+
+
+@pytest.mark.slow
+def test_server_refuses_bad_route_requests_and_stays_up(model, smollm2_path, long_prompt, tmp_path):
+    from ridgefill.server import LlamaServer, ServerError
+
+    m, _ = model
+    with LlamaServer(m.path, SRV_ARGS + ["--ridgefill", "ridge"], ctx=1024, threads=2) as srv:
+        for bad in (-0.5, 1.5, "0.1", [0.1], True):
+            with pytest.raises(ServerError) as err:
+                _complete(srv, long_prompt, ridgefill_route=bad)
+            assert err.value.status == 400, bad
+        assert srv.alive()
+    with LlamaServer(smollm2_path, SRV_ARGS + ["--ridgefill", "identity", "--ridgefill-split", "15"], ctx=1024,
+                     threads=2) as srv:
+        with pytest.raises(ServerError, match="routing is not available") as err:
+            _complete(srv, long_prompt, ridgefill_route=0.1)
+        assert err.value.status == 400 and srv.alive()
+        assert _complete(srv, long_prompt, ridgefill_route=0)["timings"]["ridgefill_routed_n"] == 0
+    log = tmp_path / "srv.log"
+    srv = LlamaServer(smollm2_path, SRV_ARGS + ["--ridgefill", "identity", "--ridgefill-split", "15",
+                                                "--ridgefill-route", "0.1"], ctx=1024, threads=2, log=log)
+    with pytest.raises(ServerError, match="exited"):
+        srv.start()
+    assert "routing statistics" in log.read_text()
+
+
+@pytest.mark.slow
+def test_llama_bench_reports_routed_rows(model):
+    import json
+    import subprocess
+
+    from conftest import tool
+
+    m, _ = model
+    run = subprocess.run([str(tool("llama-bench")), "-m", str(m.path), "-p", "512", "-n", "0", "-r", "1", "-t", "2",
+                          "-b", "256", "-ub", "64", "--ridgefill", "ridge", "--ridgefill-sink", "64",
+                          "--ridgefill-tail", "64", "--ridgefill-route", "0.05", "-o", "json"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (row,) = json.loads(run.stdout)
+    assert row["ridgefill_route"] == pytest.approx(0.05)
+    assert row["ridgefill_filled_n"] == 384 and row["ridgefill_routed_n"] == 6 * route.n_routed(0.05, 64)
+    bad = subprocess.run([str(tool("llama-bench")), "-m", str(m.path), "-p", "64", "-n", "0", "--ridgefill", "ridge",
+                          "--ridgefill-route", "2"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0

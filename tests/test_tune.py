@@ -10,8 +10,9 @@ from ridgefill import frontier, pack
 from ridgefill.errors import InputError
 
 
-def _row(split, tail, n, exact, ridge, bound, loss_gap=None, measured=None):
-    r = {"split": split, "sinks": 4, "tail": tail, "n_tokens": n, "bound_ridge": bound, "bound_identity": bound + 0.01,
+def _row(split, tail, n, exact, ridge, bound, loss_gap=None, measured=None, route=0.0):
+    r = {"split": split, "sinks": 4, "tail": tail, "n_tokens": n, "route": route, "bound_ridge": bound,
+         "bound_identity": bound + 0.01,
          "needle": {"exact": exact, "identity": 0.0, "ridge": ridge}, "needle_n": 24, "needle_diff": {}}
     if loss_gap is not None:
         r["loss_diff"] = {"ridge-exact": {"mean": loss_gap, "lo": loss_gap - 0.01, "hi": loss_gap + 0.01}}
@@ -42,6 +43,33 @@ def test_a_configuration_must_meet_the_budget_at_every_length():
     assert (chosen["split"], chosen["n_tokens"]) == (19, 8192)  # the row at the longest prompt
 
 
+def test_a_routed_configuration_competes_with_the_splits():
+    """Routing 5 % at split 15 keeps the needles that split 15 loses, at a speed between 15 and 17."""
+    rows = [_row(15, 1024, 4096, 80, 40, 1.44), _row(15, 1024, 4096, 80, 78, 1.40, route=0.05),
+            _row(17, 1024, 4096, 80, 77, 1.36), _row(15, 1024, 4096, 80, 79, 1.30, route=0.10)]
+    chosen, _ = frontier.choose(rows, 5, 0.02)
+    assert (chosen["split"], chosen["route"]) == (15, 0.05)
+    assert (frontier.choose(rows[2:], 5, 0.02)[0]["split"], frontier.choose(rows[2:], 5, 0.02)[0]["route"]) == (17, 0.0)
+    assert "| 15 | 1024 | 5 % | 4096 |" in frontier.markdown(rows)
+
+
+def test_routed_rows_read_the_routed_variant():
+    from ridgefill.costmodel import SMOLLM2
+
+    summary = [{"task": "needle", "metric": "score", "group": "all", "split": 17, "sinks": 4, "tail": 1024,
+                "n_tokens": 4096, "means": {v: {"mean": m, "n": 24} for v, m in
+                                            (("exact", 80.0), ("identity", 10.0), ("ridge", 40.0), ("ridge@5", 70.0))},
+                "diffs": {"ridge@5-ridge": {"mean": 30.0, "lo": 10.0, "hi": 50.0},
+                          "ridge@5-exact": {"mean": -10.0, "lo": -20.0, "hi": 0.0},
+                          "ridge-exact": {"mean": -40.0, "lo": -60.0, "hi": -20.0}}}]
+    plain = frontier.row_for(frontier.Point(17, 4, 1024, 4096), summary, SMOLLM2, None)
+    routed = frontier.row_for(frontier.Point(17, 4, 1024, 4096, 0.05), summary, SMOLLM2, None)
+    assert plain["needle"]["ridge"] == 40.0 and routed["needle"]["ridge"] == 70.0
+    assert routed["needle_diff"]["ridge-exact"]["mean"] == -10.0 and routed["needle_diff"]["ridge-plain"]["mean"] == 30.0
+    assert plain["needle_diff"]["ridge-exact"]["mean"] == -40.0 and "ridge-plain" not in plain["needle_diff"]
+    assert routed["bound_ridge"] < plain["bound_ridge"]
+
+
 def test_no_configuration_meets_the_budget():
     rows = [_row(15, 1024, 4096, 80, 10, 1.44), _row(17, 1024, 4096, 80, 50, 1.36)]
     chosen, best = frontier.choose(rows, 5, 0.02)
@@ -69,22 +97,30 @@ def test_tune_end_to_end_on_smollm2(smollm2_path, tmp_path):
     cmd = [sys.executable, "-m", "ridgefill", "tune", str(smollm2_path), "--splits", "24", "26", "--tails", "256",
            "--lengths", "1024", "--needle-tasks", "single/noise/number", "--items", "2", "--docs", "2",
            "--tokens", "2048", "--budget-needles", "100", "--budget-loss", "100", "--threads", "2", "--work-dir", str(work), "--quiet",
-           "-o", str(out)]
+           "--routes", "10", "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads((work / "frontier.json").read_text())
-    assert sorted(row["split"] for row in doc["rows"]) == [24, 26]
+    assert sorted((row["split"], row["route"]) for row in doc["rows"]) == [(24, 0), (24, 0.1), (26, 0), (26, 0.1)]
     for row in doc["rows"]:
         assert set(row["needle"]) == {"exact", "identity", "ridge"} and row["needle_n"] == 2
         assert set(row["loss_distant"]) == {"exact", "identity", "ridge"} and "ridge-exact" in row["loss_diff"]
+        assert ("ridge-plain" in row["needle_diff"]) == (row["route"] > 0)
     chosen = max(doc["rows"], key=frontier.speedup)  # with these budgets every row qualifies
     meta = pack.inspect(out)["metadata"]
     assert (meta["split_layer"], meta["sink_rows"], meta["tail_rows"]) == (chosen["split"], 4, 256)
-    assert f"chosen: split {chosen['split']}, sinks 4, tail 256" in r.stdout
-    assert (work / "frontier.png").stat().st_size > 0 and "| 24 | 256 | 1024 |" in (work / "frontier.md").read_text()
+    assert f"chosen: split {chosen['split']}, sinks 4, tail 256, routed {100 * chosen['route']:g} %" in r.stdout
+    md = (work / "frontier.md").read_text()
+    assert (work / "frontier.png").stat().st_size > 0 and "| 24 | 256 | 0 % | 1024 |" in md and "| 24 | 256 | 10 % | 1024 |" in md
+    # a routed operating point is written as the GGUF's default share, which the fork then routes with
+    routed_out = frontier.write_tuned(smollm2_path, work, next(r for r in doc["rows"] if r["route"] > 0), tmp_path / "r.gguf")
+    from ridgefill.runtime import Model
+
+    m = Model(routed_out)
+    assert m.rf_has_route and m.rf_route_fraction == pytest.approx(0.1)
     again = subprocess.run(cmd[:-2], capture_output=True, text=True, timeout=900)
     assert again.returncode == 0 and "capture" not in again.stderr, again.stderr[-2000:]
-    assert "eval: 0 measured, 20 resumed" in again.stderr  # (2 items + 2 documents) x 5 variant-splits
+    assert "eval: 0 measured, 28 resumed" in again.stderr  # (2 items + 2 documents) x 7 variant-splits
     report = (work / "frontier.md").read_text()
     only = subprocess.run(cmd[:-2] + ["--report-only"], capture_output=True, text=True, timeout=300)
     assert only.returncode == 0 and "eval:" not in only.stderr, only.stderr[-2000:]

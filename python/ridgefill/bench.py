@@ -20,6 +20,7 @@ import numpy as np
 
 from . import costmodel, pack, runtime
 from .errors import RidgefillError
+from .route import parse_mode
 from .server import LlamaServer, ridgefill_flags, tool_path, ttft_ms
 from .ttft_report import LengthResult, summarize
 
@@ -47,12 +48,15 @@ def run_llama_bench(model: str, n_tokens: int, mode: str, threads: int, batch: i
     if proc.returncode != 0:
         raise BenchError(f"llama-bench failed ({mode}, {n_tokens} tokens):\n{err[-2000:]}")
     row = json.loads(out)[0]
-    measured = (row["ridgefill"], row["ridgefill_sink"], row["ridgefill_tail"])
-    asked = (mode, sinks, tail) if mode != "exact" else ("exact", 0, 0)
+    base, share = parse_mode(mode)
+    measured = (row["ridgefill"], row["ridgefill_sink"], row["ridgefill_tail"], round(row.get("ridgefill_route", 0.0), 6))
+    asked = (base, sinks, tail, round(share, 6)) if base != "exact" else ("exact", 0, 0, 0.0)
     if measured != asked or (split is not None and mode != "exact" and row["ridgefill_split"] != split):
         raise BenchError(f"llama-bench measured ridgefill/sink/tail {measured} at split {row['ridgefill_split']}, "
                          f"not {asked} at split {split}")
-    report = "" if mode == "exact" else f"{row['ridgefill_filled_n']} rows filled, {row['ridgefill_full_n']} full"
+    report = "" if base == "exact" else f"{row['ridgefill_filled_n']} rows filled, {row['ridgefill_full_n']} full"
+    if share > 0:
+        report += f", {row['ridgefill_routed_n']} routed"
     return row["avg_ns"] / 1e6, usage.ru_maxrss / 1024, report
 
 
@@ -172,7 +176,7 @@ def _resolve(model, modes, split, sinks, tail):
     reader = open_gguf(model)
     maps_split = int(field(reader, "ridgefill.split_layer") or 0)
     split = split if split is not None else (maps_split or None)
-    if "ridge" in modes and not maps_split:
+    if any(parse_mode(m)[0] == "ridge" for m in modes) and not maps_split:
         raise BenchError(f"{model} has no ridge maps: fit it first (ridgefill fit) or drop the ridge mode")
     if split is None and any(x != "exact" for x in modes):
         raise BenchError("no split layer: pass --split for identity fill on a model without maps")

@@ -8,7 +8,7 @@ import os
 import sys
 
 from . import models
-from .cli_args import list_option
+from .cli_args import list_option, mode
 from .errors import InputError, RidgefillError
 
 
@@ -60,7 +60,6 @@ def _cmd_calibrate(args) -> int:
 
 def _cmd_fit(args) -> int:
     from . import pipeline, ridge
-    from .pack import Defaults
 
     if args.stats:
         stats = pipeline.load_stats(args.stats)
@@ -70,7 +69,7 @@ def _cmd_fit(args) -> int:
         stats = pipeline.calibrate(args.base, _capture_config(args), args.corpus, args.backend, args.hf)
         if args.stats_out:
             stats.save(args.stats_out)
-    maps = pipeline.fit_and_pack(args.base, stats, args.output, args.type, Defaults(args.sinks, args.tail), args.maps_out,
+    maps = pipeline.fit_and_pack(args.base, stats, args.output, args.type, _defaults(args), args.maps_out,
                                  blend=not args.no_identity_blend)
     for name, prov in (("training", stats.provenance), ("held-out", stats.heldout_provenance)):
         print(f"{name}: {prov.summary()}")
@@ -83,12 +82,17 @@ def _cmd_fit(args) -> int:
     return 0
 
 
+def _defaults(args):
+    from .pack import Defaults
+
+    return Defaults(args.sinks, args.tail, args.route / 100)
+
+
 def _cmd_convert(args) -> int:
     from . import pack, ridge
 
     maps, identity, provenance = ridge.load_maps(args.maps)
-    pack.pack(args.base, maps, identity, provenance, args.output, map_type=args.type,
-              defaults=pack.Defaults(args.sinks, args.tail))
+    pack.pack(args.base, maps, identity, provenance, args.output, map_type=args.type, defaults=_defaults(args))
     print(f"wrote {args.output}")
     return 0
 
@@ -158,6 +162,8 @@ def _shard(text: str) -> tuple[int, int]:
 def _add_pack_args(p):
     p.add_argument("--type", choices=("f16", "f32"), default="f16", help="map tensor type")
     p.add_argument("--tail", type=int, default=1024, help="default tail rows recorded in the GGUF")
+    p.add_argument("--route", type=float, default=0.0, metavar="P",
+                   help="default routed share in percent recorded in the GGUF (ridgefill.route_fraction; default 0)")
 
 
 def _cmd_synth(args) -> int:
@@ -350,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--model", required=True, help="augmented GGUF (ridge), or any GGUF with --modes exact identity")
     list_option(bt, "--lengths", int, default=[4096])
     bt.add_argument("--runs", type=int, default=5, help="interleaved runs per mode (median reported)")
-    list_option(bt, "--modes", default=["exact", "identity", "ridge"], choices=["exact", "identity", "ridge"])
+    list_option(bt, "--modes", mode, default=["exact", "identity", "ridge"],
+                help="exact, identity, ridge; identity@P, ridge@P: P %% of each fill ubatch routed")
     bt.add_argument("--threads", type=int, default=2)
     bt.add_argument("--split", type=int, default=None, help="default: the model's ridgefill.split_layer")
     bt.add_argument("--sinks", type=int, default=None)

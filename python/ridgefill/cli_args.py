@@ -16,6 +16,14 @@ class _Flatten(argparse.Action):
         setattr(namespace, self.dest, tuple(v for group in values for v in group))
 
 
+def mode(text: str) -> str:
+    """A fill mode's name (route.parse_mode: exact, identity, ridge, identity@P, ridge@P)."""
+    from .route import parse_mode
+
+    parse_mode(text)
+    return text
+
+
 def list_option(p: argparse.ArgumentParser, flag: str, item: Callable = str, choices: Sequence | None = None,
                 **kwargs) -> argparse.Action:
     """Add `flag` taking one or more values of type `item` (optionally from `choices`), as a tuple."""
@@ -31,8 +39,11 @@ def list_option(p: argparse.ArgumentParser, flag: str, item: Callable = str, cho
     def _one(x: str):
         try:
             return item(x)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{x!r} is not a valid {item.__name__}") from None
+        except ValueError as err:
+            from .errors import RidgefillError
+
+            why = str(err) if isinstance(err, RidgefillError) else f"{x!r} is not a valid {item.__name__}"
+            raise argparse.ArgumentTypeError(why) from None
 
     def _range(x: str) -> list[int]:
         lo, _, hi = x.partition("-")

@@ -59,7 +59,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     list_option(p, "--modes", default=None,
                    help="variants to run (default exact,identity,ridge; also exact-cut: exact values in the fill "
                         "run's batches; ridge-k, -v, -knorm, -kv, -state, -all: splices; eval splice runs "
-                        "exact,exact-cut,ridge and the ridge splices)")
+                        "exact,exact-cut,ridge and the ridge splices; ridge@P, identity@P: P %% of each fill "
+                        "ubatch routed through the full late layers)")
     list_option(p, "--needle-tasks", metavar="TASK",
                    help="needle tasks as task/haystack/value, e.g. single/noise/uuid,multikey/prose/number")
     p.add_argument("--items", type=int, metavar="N", help="needle items per task and length")

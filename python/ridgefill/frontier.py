@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import costmodel, pack, pipeline, ridge
+from .route import mode_name
 from .calibrate import CaptureConfig
 from .errors import InputError
 from .fetch import sha256_file
@@ -70,6 +71,12 @@ class Point:
     sinks: int
     tail: int
     n_tokens: int
+    route: float = 0.0  # routed share of the filled rows (ridge only)
+
+    @property
+    def ridge(self) -> str:
+        """The eval variant that measures ridge at this point: 'ridge', or 'ridge@P' when routed."""
+        return mode_name("ridge", self.route)
 
 
 def needle_row(summary: list[dict], pt: Point) -> dict | None:
@@ -85,23 +92,42 @@ def _summary_row(summary, task, group, metric, pt: Point) -> dict | None:
 
 
 def row_for(pt: Point, summary: list[dict], shape: costmodel.Shape, ttft: dict | None) -> dict:
-    """One operating point: speed (bound, measured) and quality (means and intervals per variant)."""
-    out = {**asdict(pt), "bound_ridge": costmodel.bound(shape, pt.n_tokens, pt.split, pt.sinks, pt.tail),
+    """One operating point: speed (bound, measured) and quality (means and intervals per variant).
+    "ridge" in the row is the point's ridge variant (routed or not)."""
+    out = {**asdict(pt), "bound_ridge": costmodel.bound(shape, pt.n_tokens, pt.split, pt.sinks, pt.tail, route=pt.route),
            "bound_identity": costmodel.bound(shape, pt.n_tokens, pt.split, pt.sinks, pt.tail, with_map=False)}
     if ttft:
         res = next((r for r in ttft["results"] if r["n_tokens"] == pt.n_tokens), None)
-        for mode in ("ridge", "identity"):
-            if res and f"ratio_{mode}" in res:
-                out[f"speedup_{mode}"], out[f"speedup_range_{mode}"] = res[f"ratio_{mode}"], res[f"ratio_range_{mode}"]
+        for mode, name in (("ridge", pt.ridge), ("identity", "identity")):
+            if res and f"ratio_{name}" in res:
+                out[f"speedup_{mode}"], out[f"speedup_range_{mode}"] = res[f"ratio_{name}"], res[f"ratio_range_{name}"]
     needles = needle_row(summary, pt)
     if needles:
-        out["needle"] = {v: m["mean"] for v, m in needles["means"].items()}
+        out["needle"] = {v: needles["means"][name]["mean"] for v, name in _names(pt) if name in needles["means"]}
         out["needle_n"] = max(m["n"] for m in needles["means"].values())
-        out["needle_diff"] = needles["diffs"]
+        out["needle_diff"] = _diffs(needles["diffs"], pt)
     loss = _summary_row(summary, "loss", "loss", "loss_distant", pt)
     if loss:
-        out["loss_distant"] = {v: m["mean"] for v, m in loss["means"].items()}
-        out["loss_diff"] = loss["diffs"]
+        out["loss_distant"] = {v: loss["means"][name]["mean"] for v, name in _names(pt) if name in loss["means"]}
+        out["loss_diff"] = _diffs(loss["diffs"], pt)
+    return out
+
+
+def _names(pt: Point) -> list[tuple[str, str]]:
+    """(row key, eval variant) of each fill mode at the point."""
+    return [("exact", "exact"), ("identity", "identity"), ("ridge", pt.ridge)]
+
+
+def _diffs(diffs: dict, pt: Point) -> dict:
+    """The summary's paired differences under the row's keys (ridge = the point's ridge variant);
+    'ridge-plain' is the routed ridge against ridge without routing."""
+    out = {k.replace(pt.ridge, "ridge", 1): v for k, v in diffs.items() if k.startswith(pt.ridge + "-")
+           and k.split("-", 1)[1] in ("exact", "identity", "ridge")}
+    out.pop("ridge-ridge", None)
+    if pt.route > 0 and f"{pt.ridge}-ridge" in diffs:
+        out["ridge-plain"] = diffs[f"{pt.ridge}-ridge"]
+    if "identity-exact" in diffs:
+        out["identity-exact"] = diffs["identity-exact"]
     return out
 
 
@@ -140,17 +166,21 @@ def _speed(row: dict, mode: str) -> str:
 
 
 def markdown(rows: list[dict], title: str = "") -> str:
+    routed = any(r.get("route", 0) > 0 for r in rows)
     lines = [f"## {title}\n" if title else "",
-             "| split | tail | N | speed-up ridge | speed-up identity | needles exact / identity / ridge (n) | "
-             "ridge − identity [95 %] | ridge − exact [95 %] | distant loss ridge − exact [95 %] |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| split | tail | " + ("routed | " if routed else "") + "N | speed-up ridge | speed-up identity | "
+             "needles exact / identity / ridge (n) | ridge − identity [95 %] | ridge − exact [95 %] | "
+             + ("routed − plain ridge [95 %] | " if routed else "") + "distant loss ridge − exact [95 %] |",
+             "|" + " --- |" * (10 if routed else 9)]
     for r in rows:
         n = r.get("needle", {})
         cells = " / ".join(f"{n[v]:.1f}" if v in n else "–" for v in ("exact", "identity", "ridge"))
         d, ld = r.get("needle_diff", {}), r.get("loss_diff", {})
-        lines.append(f"| {r['split']} | {r['tail']} | {r['n_tokens']} | {_speed(r, 'ridge')} | {_speed(r, 'identity')} | "
+        route = f"{100 * r.get('route', 0):g} % | " if routed else ""
+        plain = f"{_iv(d.get('ridge-plain'))} | " if routed else ""
+        lines.append(f"| {r['split']} | {r['tail']} | {route}{r['n_tokens']} | {_speed(r, 'ridge')} | {_speed(r, 'identity')} | "
                      f"{cells} (n={r.get('needle_n', 0)}) | {_iv(d.get('ridge-identity'))} | {_iv(d.get('ridge-exact'))} | "
-                     f"{_ivl(ld.get('ridge-exact'))} |")
+                     f"{plain}{_ivl(ld.get('ridge-exact'))} |")
     return "\n".join(line for line in lines if line is not None) + "\n"
 
 
@@ -163,13 +193,17 @@ def plot(rows: list[dict], out_png: Path, title: str = "") -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    lines = [("identity", 0.0, "--o", -11)] + [("ridge", p, "-s" if p == 0 else "-^", 4)
+                                              for p in sorted({r.get("route", 0.0) for r in rows})]
     for n in sorted({r["n_tokens"] for r in rows}):
         for tail in sorted({r["tail"] for r in rows}):
-            for mode, style, dy in (("identity", "--o", -11), ("ridge", "-s", 4)):
+            for mode, route, style, dy in lines:
                 pts = sorted((speedup(r, mode), share_of_exact(r, mode), r["split"]) for r in rows
-                             if r["n_tokens"] == n and r["tail"] == tail and share_of_exact(r, mode) is not None)
+                             if r["n_tokens"] == n and r["tail"] == tail and share_of_exact(r, mode) is not None
+                             and r.get("route", 0.0) == (route if mode == "ridge" else 0.0))
                 if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=f"{mode}, N={n}, T={tail}")
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style,
+                            label=f"{mode_name(mode, route)}, N={n}, T={tail}")
                     for x, y, s in pts:
                         ax.annotate(f"s{s}", (x, y), fontsize=7, xytext=(3, dy), textcoords="offset points")
     ax.axhline(1.0, color="k", lw=0.8, label="exact")
@@ -202,11 +236,11 @@ def meets(row: dict, budget_needles: float, budget_loss: float) -> bool:
     return gap is None or gap["mean"] <= budget_loss
 
 
-def configs(rows: list[dict]) -> dict[tuple[int, int, int], list[dict]]:
-    """(split, sinks, tail) -> its rows, one per prompt length: a GGUF's defaults serve every length."""
-    out: dict[tuple[int, int, int], list[dict]] = {}
+def configs(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """(split, sinks, tail, route) -> its rows, one per prompt length: a GGUF's defaults serve every length."""
+    out: dict[tuple, list[dict]] = {}
     for r in rows:
-        out.setdefault((r["split"], r["sinks"], r["tail"]), []).append(r)
+        out.setdefault((r["split"], r["sinks"], r["tail"], r.get("route", 0.0)), []).append(r)
     return out
 
 
@@ -226,7 +260,8 @@ def load_maps(work: Path, split: int):
 
 
 def write_tuned(base: Path, work: Path, row: dict, out: Path) -> Path:
-    """The augmented GGUF of the chosen split, with the chosen sinks and tail as its defaults."""
+    """The augmented GGUF of the chosen split, with the chosen sinks, tail and routed share as its defaults."""
     maps, identity, provenance = load_maps(work, row["split"])
-    pack.pack(base, maps, identity, provenance, out, defaults=pack.Defaults(row["sinks"], row["tail"]))
+    pack.pack(base, maps, identity, provenance, out,
+              defaults=pack.Defaults(row["sinks"], row["tail"], float(row.get("route", 0.0))))
     return out

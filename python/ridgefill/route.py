@@ -14,6 +14,7 @@ seen once), which lie far from μ in this metric. The GGUF stores μ and P on th
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,28 @@ from .errors import InputError
 from .stats import Moments
 
 ROUTE_EPS = 1e-3
+MODES = ("exact", "identity", "ridge")
+_MODE = re.compile(r"^(exact|identity|ridge)(?:@(\d+(?:\.\d+)?)%?)?$")
+
+
+def parse_mode(name: str) -> tuple[str, float]:
+    """A fill mode's name -> (mode, routed share): 'ridge' -> ('ridge', 0), 'ridge@5' or 'ridge@5%'
+    -> ('ridge', 0.05). The one vocabulary of evals, llama-bench runs and tune."""
+    m = _MODE.match(name)
+    if m is None or (m.group(1) == "exact" and m.group(2) is not None):
+        raise InputError(f"unknown mode {name!r} (one of {', '.join(MODES)}, or identity@P / ridge@P: P % of "
+                         "each fill ubatch routed)")
+    if m.group(2) is None:
+        return m.group(1), 0.0
+    pct = float(m.group(2))
+    if pct > 100:
+        raise InputError(f"mode {name!r}: the routed share must be a percentage in [0, 100]")
+    return m.group(1), pct / 100
+
+
+def mode_name(mode: str, share: float) -> str:
+    """The inverse of parse_mode: 'ridge@5' for ('ridge', 0.05), 'ridge' for a share of 0."""
+    return mode if share == 0 else f"{mode}@{100 * share:g}"
 
 
 @dataclass

@@ -34,10 +34,14 @@ def tool_path(name: str) -> Path:
 
 
 def ridgefill_flags(mode: str, split: int | None = None, sinks: int | None = None, tail: int | None = None) -> list[str]:
-    """The --ridgefill* flags of llama-server and llama-bench; None leaves a value to the GGUF, exact adds none."""
-    if mode == "exact":
+    """The --ridgefill* flags of llama-server and llama-bench for a mode name (route.parse_mode: 'ridge@5'
+    routes 5 %); None leaves a value to the GGUF, exact adds none. The routed share is always explicit."""
+    from .route import parse_mode
+
+    base, share = parse_mode(mode)
+    if base == "exact":
         return []
-    flags = ["--ridgefill", mode]
+    flags = ["--ridgefill", base, "--ridgefill-route", f"{share:g}"]
     for name, value in (("split", split), ("sink", sinks), ("tail", tail)):
         if value is not None:
             flags += [f"--ridgefill-{name}", str(value)]
@@ -125,7 +129,12 @@ class LlamaServer:
 def ttft_ms(srv: LlamaServer, prompt: list[int], mode: str) -> tuple[float, dict]:
     """TTFT as bench and demo measure it: the wall time of a 1-token, greedy completion of a prompt
     the server may not reuse from its cache; (milliseconds, response)."""
-    body = {"prompt": prompt, "n_predict": 1, "temperature": 0.0, "cache_prompt": False, "ridgefill": mode}
+    from .route import parse_mode
+
+    base, share = parse_mode(mode)
+    body = {"prompt": prompt, "n_predict": 1, "temperature": 0.0, "cache_prompt": False, "ridgefill": base}
+    if base != "exact":
+        body["ridgefill_route"] = share
     t0 = time.perf_counter()
     res = srv.post("/completion", body)
     return 1000 * (time.perf_counter() - t0), res

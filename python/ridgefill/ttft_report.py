@@ -13,6 +13,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 from . import costmodel, runtime
+from .route import parse_mode
 
 
 @dataclass
@@ -36,7 +37,8 @@ def summarize(model, results, shape, split, sinks, tail, threads, modes, maps: i
             if mode == "exact":
                 continue
             ratio = r.median("exact") / r.median(mode)
-            b = costmodel.bound(shape, r.n_tokens, split, sinks, tail, with_map=(mode == "ridge"))
+            base, share = parse_mode(mode)
+            b = costmodel.bound(shape, r.n_tokens, split, sinks, tail, with_map=(base == "ridge"), route=share)
             row[f"ratio_{mode}"] = ratio
             row[f"bound_{mode}"] = b
             row[f"of_bound_{mode}"] = ratio / b

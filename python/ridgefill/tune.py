@@ -17,6 +17,7 @@ from .costmodel import Shape
 from .errors import InputError, RidgefillError
 from .evals import profiles, runner
 from .evals.session import Session, variants_named
+from .route import mode_name
 
 MAX_NEW = 256  # room after the prompt for generated answers (as cli_eval)
 
@@ -32,6 +33,8 @@ def add_parser(sub) -> None:
     list_option(p, "--splits", int, metavar="S", help="candidate split layers (default: the upper half, "
                                                       "L/2 .. L-3)")
     list_option(p, "--tails", int, metavar="T", help="candidate tail rows (default 1024)")
+    list_option(p, "--routes", float, metavar="P", help="candidate routed shares in percent of each fill ubatch "
+                                                          "(default 0: none; e.g. 0,2,5,10)")
     p.add_argument("--sinks", type=int, default=4)
     list_option(p, "--lengths", int, metavar="N", help="prompt lengths (default 4096)")
     p.add_argument("--budget-needles", type=float, default=5.0, help="needle points ridge may lose against exact")
@@ -41,7 +44,7 @@ def add_parser(sub) -> None:
     list_option(p, "--needle-tasks", metavar="TASK", help="needle tasks (default: the profile's)")
     p.add_argument("--items", type=int, help="needle items per task and length (default: the profile's)")
     p.add_argument("--docs", type=int, help="loss documents per length (default: the profile's)")
-    list_option(p, "--modes", default=None, help="variants (default exact,identity,ridge)")
+    list_option(p, "--modes", default=None, help="variants (default exact,identity,ridge; ridge@P: P %% routed)")
     p.add_argument("--tokens", type=int, default=16384, help="calibration tokens of the one capture")
     p.add_argument("--measure", action="store_true", help="also time each candidate with llama-bench")
     p.add_argument("--runs", type=int, default=3, help="llama-bench runs per mode and length with --measure")
@@ -57,6 +60,15 @@ def add_parser(sub) -> None:
 
 def default_splits(n_layer: int) -> list[int]:
     return list(range(n_layer // 2, n_layer - 2))
+
+
+def check_routes(routes) -> list[float]:
+    """--routes in percent -> shares in [0, 1], 0 (plain ridge) always among them."""
+    shares = sorted({0.0, *(r / 100 for r in routes or ())})
+    bad = [100 * r for r in shares if not 0 <= r <= 1]
+    if bad:
+        raise InputError(f"--routes must be percentages in [0, 100], not {bad}")
+    return shares
 
 
 def plan_from_args(args) -> profiles.Plan:
@@ -118,18 +130,20 @@ def run(args, log) -> tuple[list[dict], Path]:
     frontier.check_budgets(args.budget_needles, args.budget_loss)
     splits = sorted(set(args.splits or default_splits(shape.n_layer)))
     plan = plan_from_args(args).with_(splits=tuple(splits))
-    variants = variants_named(args.modes or ("exact", "identity", "ridge"))
+    routes = check_routes(args.routes)
+    variants = variants_named(args.modes or ("exact", "identity", "ridge", *(mode_name("ridge", r) for r in routes if r > 0)))
     summary, plan_doc = (stored_summary(work, plan) if args.report_only else
                          measured_summary(args, base, splits, plan, variants, work, log))
-    modes = tuple(v.name for v in variants if v.name in ("exact", "identity", "ridge"))
+    modes = tuple(v.name for v in variants if v.name in ("exact", "identity", "ridge") or "@" in v.name)
     rows = []
     for s in splits:
         for tail in plan.tails:
             ttft = (measure_ttft(work / "fit" / f"s{s}.gguf", s, plan.sinks, tail, plan.lengths, modes, args.runs,
                                  args.threads or 2, work, log) if args.measure and not args.report_only else
                     stored_ttft(work, s, tail))
-            for n in plan.lengths:
-                rows.append(frontier.row_for(frontier.Point(s, plan.sinks, tail, n), summary, shape, ttft))
+            for route in routes:
+                for n in plan.lengths:
+                    rows.append(frontier.row_for(frontier.Point(s, plan.sinks, tail, n, route), summary, shape, ttft))
     title = args.title or f"{base.name}: quality vs speed by split"
     (work / "frontier.json").write_text(json.dumps({"base": str(base), "plan": plan_doc, "tokens": args.tokens,
                                                     "rows": rows}, indent=1))
@@ -154,7 +168,8 @@ def cmd_tune(args) -> int:
         raise NoOperatingPoint(f"no configuration meets --budget-needles {args.budget_needles} and --budget-loss "
                                f"{args.budget_loss}; {where}. Widen the budget or add earlier splits / longer tails")
     frontier.write_tuned(Path(args.base), work, chosen, Path(args.output))
-    print(f"chosen: split {chosen['split']}, sinks {chosen['sinks']}, tail {chosen['tail']} "
+    print(f"chosen: split {chosen['split']}, sinks {chosen['sinks']}, tail {chosen['tail']}, "
+          f"routed {100 * chosen.get('route', 0.0):g} % "
           f"({frontier.speedup(chosen):.2f}x, needles {chosen['needle']['ridge']:.1f} vs exact {chosen['needle']['exact']:.1f})")
     print(f"wrote {args.output}")
     return 0

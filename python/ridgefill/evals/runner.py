@@ -199,7 +199,7 @@ def run(session: Session, plan: Plan, out_dir: str | Path, variants: Sequence[Va
     check_models(store, all_jobs, session)
     unavailable = sorted({f"{j.variant.name}@{j.split}" for j in all_jobs if session.model_for(j.variant, j.split) is None})
     for u in unavailable:
-        log(f"skipping {u}: no model with ridge maps at that split")
+        log(f"skipping {u}: no model with ridge maps (for a routed variant, routing statistics) at that split")
     todo = [j for j in all_jobs if j.key() not in store and session.model_for(j.variant, j.split) is not None]
     result = RunResult(out, len(all_jobs), 0, sum(j.key() in store for j in all_jobs), unavailable)
     with tqdm(total=len(todo), desc=f"eval {plan.name}", unit="run", disable=not progress) as bar:

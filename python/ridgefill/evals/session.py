@@ -3,6 +3,10 @@
 Exact and identity run on the first model; ridge at split s runs on the model whose maps
 were fitted at s (a GGUF's ridgefill.split_layer), and is unavailable at other splits.
 One context per model, reused for every item; the fill mode is set per measurement.
+
+A routed variant, `ridge@P` or `identity@P` (P percent), routes that share of each fill
+ubatch's rows through the full late layers (route.py); it needs the routing statistics stored
+with the maps at s, so both modes run on that model.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..route import mode_name, parse_mode
 from ..runtime import Context, Model
 from .prefill import Hook
 from ..errors import InputError
@@ -24,6 +29,7 @@ class Variant:
     mode: str  # exact | identity | ridge
     hook: Hook | None = None
     all_layers: bool = False  # fill at split = n_layer: exact values, the fill run's batches
+    route: float = 0.0  # share of each fill ubatch routed through the full late layers
 
     @property
     def split_free(self) -> bool:
@@ -60,7 +66,16 @@ def _load_plugins() -> None:
                 raise
 
 
+def routed(name: str) -> Variant:
+    """`ridge@5` (or `ridge@5%`): ridge with 5 % of each fill ubatch routed (route.parse_mode)."""
+    mode, share = parse_mode(name)
+    return Variant(mode_name(mode, share), mode, route=share)
+
+
 def variants_named(names: Sequence[str]) -> tuple[Variant, ...]:
+    for n in names:
+        if "@" in n:
+            REGISTRY.setdefault(n, routed(n))
     if any(n not in REGISTRY for n in names):
         _load_plugins()
     bad = [n for n in names if n not in REGISTRY]
@@ -90,9 +105,14 @@ class Session:
         return sorted({m.rf_split_layer for m in self.models if m.rf_split_layer > 0})
 
     def model_for(self, variant: Variant, split: int | None) -> Model | None:
-        if variant.mode != "ridge":
+        """The model that measures `variant` at `split`; None when none can (no maps, or no routing
+        statistics there for a routed variant)."""
+        if variant.mode != "ridge" and variant.route == 0:
             return self.base
-        return next((m for m in self.models if m.rf_split_layer > 0 and m.rf_split_layer == split), None)
+        model = next((m for m in self.models if m.rf_split_layer > 0 and m.rf_split_layer == split), None)
+        if model is not None and variant.route > 0 and not model.rf_has_route:
+            return None
+        return model
 
     def context(self, variant: Variant, split: int | None) -> Context | None:
         """The context for `variant` at `split`, fill mode set; None when ridge has no maps there."""
@@ -105,7 +125,10 @@ class Session:
         ctx = self._ctx[i]
         if variant.all_layers:
             split = model.n_layer
+        ctx.set_route(0.0)  # contexts are shared by variants: no fraction carries over
         ctx.set_fill(variant.mode, None if variant.mode == "exact" else split)
+        if variant.route > 0:
+            ctx.set_route(variant.route)
         return ctx
 
     def fingerprint(self, variant: Variant, split: int | None) -> str:

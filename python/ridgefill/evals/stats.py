@@ -69,10 +69,14 @@ REFERENCES = ("exact", "exact-cut")
 
 def pairs(variants: Sequence[str]) -> list[tuple[str, str]]:
     """(a, b) pairs to report as a - b: every other variant against exact (and against
-    exact-cut, when measured), then ridge - identity."""
+    exact-cut, when measured), then ridge - identity, then each routed variant (`mode@P`)
+    against its mode without routing (and a routed ridge against identity)."""
     out = [(v, "exact") for v in variants if v != "exact" and "exact" in variants]
     if "exact-cut" in variants:
         out += [(v, "exact-cut") for v in variants if v not in REFERENCES]
     if "ridge" in variants and "identity" in variants:
         out.append(("ridge", "identity"))
+    for v in (v for v in variants if "@" in v):
+        base = v.split("@")[0]
+        out += [(v, b) for b in (base, "identity" if base == "ridge" else None) if b in variants]
     return out
