@@ -121,14 +121,11 @@ def _names(pt: Point) -> list[tuple[str, str]]:
 def _diffs(diffs: dict, pt: Point) -> dict:
     """The summary's paired differences under the row's keys (ridge = the point's ridge variant);
     'ridge-plain' is the routed ridge against ridge without routing."""
-    out = {k.replace(pt.ridge, "ridge", 1): v for k, v in diffs.items() if k.startswith(pt.ridge + "-")
-           and k.split("-", 1)[1] in ("exact", "identity", "ridge")}
-    out.pop("ridge-ridge", None)
-    if pt.route > 0 and f"{pt.ridge}-ridge" in diffs:
-        out["ridge-plain"] = diffs[f"{pt.ridge}-ridge"]
-    if "identity-exact" in diffs:
-        out["identity-exact"] = diffs["identity-exact"]
-    return out
+    keys = {"ridge-exact": f"{pt.ridge}-exact", "ridge-identity": f"{pt.ridge}-identity",
+            "identity-exact": "identity-exact"}
+    if pt.route > 0:
+        keys["ridge-plain"] = f"{pt.ridge}-ridge"
+    return {k: diffs[v] for k, v in keys.items() if v in diffs}
 
 
 def speedup(row: dict, mode: str = "ridge") -> float:
