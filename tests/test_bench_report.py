@@ -79,3 +79,21 @@ def test_a_length_that_fills_nothing_is_said_loudly():
     md = ttft_report.markdown(ttft_report.summarize("m.gguf", rows, shape, 15, 4, 1024, 2, ("exact", "ridge")))
     line_1k, line_4k = md.splitlines()[-2:]
     assert "fills nothing" in line_1k and "fills nothing" not in line_4k
+
+
+def test_routing_cost_pairs_each_routed_mode_with_its_base_round_by_round(tmp_path):
+    shape = costmodel.Shape(n_layer=30, d=576, d_q=576, d_kv=192, d_ff=1536)
+    modes = ("exact", "ridge", "ridge@10")
+    r = ttft_report.LengthResult(4096, {"exact": [100.0, 200.0, 100.0], "ridge": [80.0, 160.0, 90.0],
+                                        "ridge@10": [84.0, 150.0, 100.0]},
+                                 rows={"ridge@10": "3068 rows filled, 1028 full, 311 routed"})
+    summ = ttft_report.summarize("m.gguf", [r], shape, 15, 4, 1024, 2, modes)
+    md = ttft_report.markdown(summ)
+    model = summ["results"][0]["bound_ridge@10"] / summ["results"][0]["bound_ridge"]
+    assert 0.9 < model < 1.0  # routing only adds work
+    # rounds give 80/84, 160/150, 90/100: the median is round 1's, not the ratio of the medians (0.889)
+    row = md.splitlines()[-1]
+    assert row.startswith(f"| 4096 | ridge@10 | 311 | {80 / 84:.3f}x ({0.9:.3f}-{160 / 150:.3f}) | {model:.3f}x |")
+    assert "routing's own cost" not in ttft_report.markdown(_summary([100.0], [80.0]))
+    ttft_report.plot([summ], str(tmp_path / "p.png"))  # routed modes get colours of their own
+    assert (tmp_path / "p.png").stat().st_size > 0

@@ -2,8 +2,10 @@
 
 A summary is what `ridgefill bench ttft` prints and saves (--json-out) for one path
 (llama-bench or llama-server): per length the median TTFT of each mode, exact/fill ratios
-from the medians, the paired-round range of the ratio, and the cost-model bound.
-`ridgefill bench report` renders saved summaries again.
+from the medians, the paired-round range of the ratio, and the cost-model bound. Where a routed mode
+(ridge@P) ran beside its unrouted base (ridge), a second table isolates routing's own cost: the
+median over rounds of base/routed time against the bound's ratio. `ridgefill bench report` renders
+saved summaries again.
 """
 
 from __future__ import annotations
@@ -94,7 +96,35 @@ def markdown(summary: dict) -> str:
         cells = [str(r["n_tokens"])] + [f"{r['median_ms'][m]:.0f}" for m in modes]
         cells += [_ratio_cell(r, m) for m in fills]
         lines.append("| " + " | ".join(cells) + " |")
-    return title + "\n\n" + "\n".join(lines)
+    return title + "\n\n" + "\n".join(lines) + _routing_table(summary)
+
+
+def _routing_table(summary: dict) -> str:
+    """Per length and routed mode with its base measured in the same rounds: time(base)/time(routed),
+    the median and range over rounds, against bound(routed)/bound(base): what the cost model says
+    routing costs. 1.00x would be free; the model's figure is the target."""
+    routed = [(m, parse_mode(m)[0]) for m in summary["modes"] if parse_mode(m)[1] > 0]
+    pairs = [(m, base) for m, base in routed if base in summary["modes"]]
+    if not pairs:
+        return ""
+    lines = ["| tokens | mode | routed rows | base / routed: paired median (range) | cost model | measured / model |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in summary["results"]:
+        for mode, base in pairs:
+            ratios = [b / x for b, x in zip(r["samples_ms"][base], r["samples_ms"][mode])]
+            model = r[f"bound_{mode}"] / r[f"bound_{base}"]
+            med = statistics.median(ratios)
+            routed = r.get("fill_rows", {}).get(mode, "").rpartition(", ")[2].removesuffix(" routed") or "?"
+            lines.append(f"| {r['n_tokens']} | {mode} | {routed} | {med:.3f}x ({min(ratios):.3f}-{max(ratios):.3f}) | "
+                         f"{model:.3f}x | {100 * med / model:.0f}% |")
+    return "\n\nrouting's own cost (same rounds)\n\n" + "\n".join(lines)
+
+
+def _color(mode: str, modes: list[str]) -> str:
+    """One colour per mode in both panels: the three base modes keep theirs, routed modes follow."""
+    base = {"exact": "C0", "identity": "C1", "ridge": "C2"}
+    extra = [m for m in modes if m not in base]
+    return base.get(mode) or f"C{3 + extra.index(mode)}"
 
 
 def plot(summaries: list[dict], out_png: str) -> str:
@@ -104,20 +134,20 @@ def plot(summaries: list[dict], out_png: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    color = {"exact": "C0", "identity": "C1", "ridge": "C2"}  # one colour per mode in both panels
     fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(11, 4.2))
     for summ in summaries:
         tag = summ.get("path", "llama-bench")
         style = dict(marker="o", linestyle="-" if tag == "llama-bench" else "-.")
         n = [r["n_tokens"] for r in summ["results"]]
         for mode in summ["modes"]:
-            ax_t.plot(n, [r["median_ms"][mode] / 1000 for r in summ["results"]], color=color[mode], **style,
+            ax_t.plot(n, [r["median_ms"][mode] / 1000 for r in summ["results"]], color=_color(mode, summ["modes"]), **style,
                       label=f"{mode} ({tag})")
             if mode != "exact":
                 ratio = [r[f"ratio_{mode}"] for r in summ["results"]]
                 spread = [_row_ratio_range(r, mode) for r in summ["results"]]
                 yerr = [[y - lo for y, (lo, _) in zip(ratio, spread)], [hi - y for y, (_, hi) in zip(ratio, spread)]]
-                ax_r.errorbar(n, ratio, yerr=yerr, capsize=3, color=color[mode], **style, label=f"{mode} ({tag})")
+                ax_r.errorbar(n, ratio, yerr=yerr, capsize=3, color=_color(mode, summ["modes"]), **style,
+                              label=f"{mode} ({tag})")
     s0 = summaries[0]
     fills = [x for x in s0["modes"] if x != "exact"]
     if fills:
