@@ -7,7 +7,7 @@
 #   bench/gpu.sh --dry-run   here: the same pipeline on CPU (tiny shapes, short prompts, CMake configure only)
 #
 # Env: RF_CUDA_ARCH (90 = H100/H200, the default; 80 = A100), RF_OUT (results folder; default $OUT or
-# bench/out), RF_LENGTHS, RF_SHAPES, RF_RUNS, RF_DEADLINE_S (start no new length after it; default 420),
+# bench/out), RF_LENGTHS, RF_SHAPES, RF_RUNS, RF_MODES (default exact identity ridge ridge@10), RF_DEADLINE_S (start no new length after it; default 420),
 # RF_CARRY (the carry folder; default build/gpu-carry).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -46,7 +46,7 @@ pack)
     say "generate + measure through the CPU llama-bench (tiny shapes, short prompts)"
     PYTHONPATH="$repo/python" "$repo/.venv/bin/python" -m ridgefill.gpu_bench run --llama-bench "$repo/.venv/bin/llama-bench" \
         --tokenizer "$carry/tokenizer.gguf" --shapes ${RF_SHAPES:-tiny-llama tiny-qwen3} --lengths ${RF_LENGTHS:-1024 2048} \
-        --runs "${RF_RUNS:-1}" --tail 256 --ngl 0 --threads 2 --ubatch 512 --weight-type f16 \
+        --runs "${RF_RUNS:-1}" --modes ${RF_MODES:-exact identity ridge ridge@10} --tail 256 --ngl 0 --threads 2 --ubatch 512 --weight-type f16 \
         --workdir "$work/models" --out "$out/gpu-ttft-dryrun.json"
     say "dry run done: $out/gpu-ttft-dryrun.json" ;;
 run)
@@ -67,7 +67,7 @@ run)
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu-info.csv" || true
     python3 -m ridgefill.gpu_bench run --llama-bench "$work/build/bin/llama-bench" --tokenizer "$carry/tokenizer.gguf" \
         --shapes ${RF_SHAPES:-llama-3.1-8b qwen3-8b} --lengths ${RF_LENGTHS:-16384 32768 65536 131072} \
-        --runs "${RF_RUNS:-2}" --tail 2048 --threads 8 --ubatch 2048 --workdir "$work/models" \
+        --runs "${RF_RUNS:-2}" --modes ${RF_MODES:-exact identity ridge ridge@10} --tail 2048 --threads 8 --ubatch 2048 --workdir "$work/models" \
         --out "$out/gpu-ttft.json" --deadline-s "${RF_DEADLINE_S:-420}"
     say "done: $out/gpu-ttft.json" ;;
 *)

@@ -3,9 +3,10 @@
 Two halves, because the GPU machine has no network and no compiled RidgeFill:
 - `pack_carry` (here): the patched llama.cpp tree trimmed to what a CUDA build of llama-bench
   needs, a tokenizer-only GGUF (the synthetic models' vocabulary) and the gguf wheel;
-- `run` (there): write each shape's seeded random-weight GGUF with identity maps at split L/2
-  (speed only: fitted maps cost the same), then TTFT exact / identity / ridge through the
-  CUDA llama-bench with every layer offloaded, interleaved, beside the cost-model bound.
+- `run` (there): write each shape's seeded random-weight GGUF with identity maps and routing
+  statistics at split L/2 (speed only: fitted ones cost the same), then TTFT exact / identity /
+  ridge / ridge@P (routed rows) through the CUDA llama-bench with every layer offloaded,
+  interleaved, beside the cost-model bound.
 Nothing here needs the compiled bindings, so it runs with the repo's python/ on PYTHONPATH.
 """
 
@@ -27,6 +28,7 @@ SOURCE_PARTS = ("CMakeLists.txt", "cmake", "common", "ggml", "include", "src", "
 SKIP_DIRS = {"ggml-sycl", "ggml-vulkan", "ggml-opencl", "ggml-cann", "ggml-musa", "ggml-metal", "ggml-webgpu",
              "ggml-hexagon", "ggml-zdnn", "ggml-openvino", "public", "tests"}
 GGUF_WHEEL = "gguf==0.19.0"
+DEFAULT_MODES = ("exact", "identity", "ridge", "ridge@10")
 
 
 def pack_carry(src_tree: Path, dest: Path) -> Path:
@@ -66,21 +68,22 @@ def tokenizer_gguf(src: str | os.PathLike, out: Path) -> Path:
 
 
 def make_model(shape: str, workdir: Path, tokenizer: Path, weight_type: str, n_ctx: int) -> tuple[Path, int]:
-    """The shape's random-weight GGUF with identity maps at split L/2; (path, split)."""
+    """The shape's random-weight GGUF with identity maps and routing statistics at split L/2; (path, split)."""
     sh = synth.SHAPES[shape]
     split = sh.n_layer // 2
     out = workdir / f"{shape}-s{split}.gguf"
     if not out.exists():
         base = synth.random_model(shape, workdir / f"{shape}.gguf", tokenizer, weight_type=weight_type, n_ctx=n_ctx,
                                   shared_layers=True)
-        synth.identity_maps(base, split, out)
+        synth.identity_maps(base, split, out, route=True)
         base.unlink()
     return out, split
 
 
 def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, workdir: Path, out_json: Path,
         tokenizer: Path, sinks: int = 4, tail: int = 2048, ngl: int = 999, weight_type: str = "f16",
-        threads: int = 8, ubatch: int = 2048, deadline: float | None = None, progress=print) -> dict:
+        threads: int = 8, ubatch: int = 2048, deadline: float | None = None, modes=DEFAULT_MODES,
+        progress=print) -> dict:
     """`deadline` (time.time()): no new prompt length is started after it; results so far are kept."""
     workdir.mkdir(parents=True, exist_ok=True)
     report = {"machine": platform.node(), "gpu": _gpu_name(), "llama_bench": str(llama_bench),
@@ -95,7 +98,7 @@ def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, wor
                 progress(f"{shape}: deadline reached, {n} tokens and longer not measured")
                 report.setdefault("skipped", []).append({"shape": shape, "n_tokens": n})
                 continue
-            s = bench.ttft(str(model), [n], runs=runs, threads=threads, sinks=sinks, tail=tail, split=split,
+            s = bench.ttft(str(model), [n], runs=runs, modes=modes, threads=threads, sinks=sinks, tail=tail, split=split,
                            batch=ubatch, ubatch=ubatch, tool=str(llama_bench), extra_args=("-ngl", str(ngl)),
                            progress=progress)
             done += s["results"]
@@ -139,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     list_option(rn, "--shapes", default=["llama-3.1-8b", "qwen3-8b"])
     list_option(rn, "--lengths", int, default=[16384, 32768, 65536, 131072])
     rn.add_argument("--runs", type=int, default=3)
+    list_option(rn, "--modes", default=list(DEFAULT_MODES))
     rn.add_argument("--tail", type=int, default=2048)
     rn.add_argument("--sinks", type=int, default=4)
     rn.add_argument("--ngl", type=int, default=999)
@@ -160,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     run(args.llama_bench, args.shapes, args.lengths, args.runs, args.workdir, args.out, args.tokenizer,
         sinks=args.sinks, tail=args.tail, ngl=args.ngl, weight_type=args.weight_type, threads=args.threads,
-        ubatch=args.ubatch, deadline=None if args.deadline_s is None else time.time() + args.deadline_s, progress=log)
+        ubatch=args.ubatch, deadline=None if args.deadline_s is None else time.time() + args.deadline_s,
+        modes=tuple(args.modes), progress=log)
     print(f"results: {args.out}")
     return 0
 
