@@ -330,6 +330,31 @@ def test_run_structure_and_resume(session, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_refit_that_adds_routing_statistics_keeps_the_records_of_the_same_maps(session, smollm2_path, tmp_path):
+    """Records are keyed by what measured them, not by file bytes: the same maps with routing statistics
+    (another file sha256) resume every unrouted record, and records from before fingerprints upgrade."""
+    import json
+
+    plan = _plan(tasks=("needle",))
+    first = runner.run(session, plan, tmp_path / "out", progress=False, plots=False)
+    store = tmp_path / "out" / "results.jsonl"
+    legacy = [{k: v for k, v in r.items() if k != "model_content"} for r in read_jsonl(store)]
+    store.write_text("".join(json.dumps(r) + "\n" for r in legacy))  # as written before fingerprints
+    again = runner.run(session, plan, tmp_path / "out", progress=False, plots=False)
+    assert again.n_run == 0 and again.n_resumed == first.n_jobs
+    assert all(len(r["model_content"]) == 64 for r in read_jsonl(store))  # upgraded in place, one line each
+    assert len(read_jsonl(store)) == len(legacy)
+
+    routed = synth.identity_maps(smollm2_path, SPLIT, tmp_path / "routed.gguf", route=True)
+    refit = Session([routed], n_ctx=512 + 256, threads=1, n_batch=512, n_ubatch=256)
+    variants = (*DEFAULT_VARIANTS, Variant("ridge@10", "ridge", route=0.1))
+    more = runner.run(refit, plan, tmp_path / "out", variants=variants, progress=False, plots=False)
+    assert more.n_resumed == first.n_jobs and more.n_run == first.n_jobs // len(DEFAULT_VARIANTS)
+    contents = {r["variant"]: r["model_content"] for r in read_jsonl(store)}
+    assert contents["ridge@10"] != contents["ridge"]  # the routed variant's digest covers the statistics
+
+
+@pytest.mark.slow
 def test_a_store_measured_with_other_maps_is_refused(session, smollm2_path, tmp_path):
     """Refitted maps at the same split into the same --out: an error, not the old records resumed."""
     from conftest import random_maps_model

@@ -6,6 +6,7 @@ them, and are written through a temporary file renamed on success.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Callable, Iterable
@@ -42,6 +43,28 @@ def open_gguf(path: str | os.PathLike) -> gguf.GGUFReader:
         return _Reader(path)
     except Exception as err:  # the reader raises ValueError, struct.error, IndexError... on bad files
         raise GGUFError(f"{path} is not a readable GGUF file: {err}") from None
+
+
+def content_sha256(path: str | os.PathLike, skip_keys: Iterable[str] = (),
+                   skip_tensor: Callable[[str], bool] = lambda name: False) -> str:
+    """sha256 of what a GGUF holds rather than of its bytes: every key with its encoded value and every
+    tensor's name, type, shape and data, in file order, leaving out `skip_keys` and the tensors
+    `skip_tensor` names. Adding a key or a tensor moves offsets and counts, so the same model in a
+    file with one more tensor has another file sha256 but, skipping that tensor, this digest."""
+    reader = open_gguf(path)
+    skip, h = set(skip_keys), hashlib.sha256()
+    for f in reader.fields.values():
+        if f.name.startswith("GGUF.") or f.name in skip:  # the header's version and counts
+            continue
+        h.update(b"key\0" + f.name.encode() + b"\0")
+        for part in f.parts[2:]:  # after the name's length and bytes: the value's type and encoding
+            h.update(part.tobytes())
+    for t in reader.tensors:
+        if skip_tensor(t.name):
+            continue
+        h.update(f"tensor\0{t.name}\0{int(t.tensor_type)}\0{tuple(int(n) for n in t.shape)}\0".encode())
+        h.update(np.ascontiguousarray(t.data).view(np.uint8).reshape(-1))
+    return h.hexdigest()
 
 
 def field(reader: gguf.GGUFReader, key: str):

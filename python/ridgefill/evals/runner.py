@@ -129,16 +129,24 @@ def resolve_rows(plan: Plan, session: Session) -> Plan:
 
 
 def check_models(store: ResultStore, jobs: Sequence[Job], session: Session) -> None:
-    """Refuse to resume records that another GGUF (other maps, another base) measured."""
+    """Refuse to resume records that another GGUF (other maps, another base) measured. A record from
+    before content fingerprints is resumed when its file sha256 is this file's, and gets the fingerprint."""
+    upgraded = []
     for job in jobs:
         rec = store.get(job.key())
         if rec is None or session.model_for(job.variant, job.split) is None:
             continue
-        if rec.get("model_sha256") != session.fingerprint(job.variant, job.split):
+        content = session.fingerprint(job.variant, job.split)
+        if rec.get("model_content") == content:
+            continue
+        if "model_content" in rec or rec.get("model_sha256") != session.file_sha256(job.variant, job.split):
             where = f"{job.variant.name}" + ("" if job.split is None else f" at split {job.split}")
             raise InputError(f"{store.path} holds {where} results measured with another GGUF than "
                              f"{session.model_for(job.variant, job.split).path} (or by a version that did not "
                              "record it): use another output directory")
+        upgraded.append({**rec, "model_content": content})
+    if upgraded:
+        store.replace(upgraded)
 
 
 def warn_unfilled(plan: Plan, log: Callable[[str], None]) -> None:
@@ -160,7 +168,8 @@ def execute(session: Session, job: Job, plan: Plan, store: ResultStore) -> dict 
         ref = store.get(("loss", job.item.id, "exact", None, job.sinks, job.tail))
         distant = None if job.variant.name == "exact" else ref["distant"]
         rec = measure.loss_record(ctx, job.item, job.sinks, job.tail, distant, plan.window, hook)
-    return {**job.fields(), **rec, "model_sha256": session.fingerprint(job.variant, job.split)}
+    return {**job.fields(), **rec, "model_content": session.fingerprint(job.variant, job.split),
+            "model_sha256": session.file_sha256(job.variant, job.split)}
 
 
 def check_plan(plan: Plan, variants: Sequence[Variant]) -> None:

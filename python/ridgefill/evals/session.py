@@ -37,6 +37,11 @@ class Variant:
         return self.mode == "exact" or self.all_layers
 
 
+# keys a measurement never reads: the GGUF's defaults, which every record states for itself
+RECORDED_DEFAULTS = ("ridgefill.sink_rows", "ridgefill.tail_rows", "ridgefill.route_fraction")
+ROUTE_TENSORS = (".ridge_route.mean", ".ridge_route.whiten")
+
+
 EXACT, IDENTITY, RIDGE = Variant("exact", "exact"), Variant("identity", "identity"), Variant("ridge", "ridge")
 DEFAULT_VARIANTS = (EXACT, IDENTITY, RIDGE)
 # Exact computation cut into the same ubatches as a fill run (the filled rows run every layer
@@ -92,7 +97,8 @@ class Session:
         self.models = [Model(p, n_gpu_layers=n_gpu_layers) for p in paths]
         check_same_base(self.models)
         check_one_per_split(self.models)
-        self._sha: dict[int, str] = {}
+        self._sha: dict[tuple[int, bool], str] = {}
+        self._file_sha: dict[int, str] = {}
         self.ctx_args = dict(n_ctx=n_ctx, n_batch=min(n_batch, n_ctx), n_ubatch=min(n_ubatch, n_batch, n_ctx),
                              threads=threads)
         self._ctx: dict[int, Context] = {}
@@ -132,13 +138,26 @@ class Session:
         return ctx
 
     def fingerprint(self, variant: Variant, split: int | None) -> str:
-        """sha256 of the GGUF that measures `variant` at `split`: records are only resumed for the same file."""
+        """What measures `variant` at `split`: the content digest of its GGUF (gguf_io.content_sha256) without
+        the defaults every record states for itself (sinks, tail, routed share) and, for an unrouted variant,
+        without the routing statistics it never reads. Records are only resumed for the same content, so a
+        refit that adds routing statistics to the same maps keeps the maps' records."""
+        from ..gguf_io import content_sha256
+
+        i, routed = self.models.index(self.model_for(variant, split)), variant.route > 0
+        if (i, routed) not in self._sha:
+            skip = (lambda name: False) if routed else (lambda name: name.endswith(ROUTE_TENSORS))
+            self._sha[i, routed] = content_sha256(self.models[i].path, RECORDED_DEFAULTS, skip)
+        return self._sha[i, routed]
+
+    def file_sha256(self, variant: Variant, split: int | None) -> str:
+        """sha256 of the file that measures `variant` at `split` (what records before fingerprints hold)."""
         from ..fetch import sha256_file
 
         i = self.models.index(self.model_for(variant, split))
-        if i not in self._sha:
-            self._sha[i] = sha256_file(self.models[i].path)
-        return self._sha[i]
+        if i not in self._file_sha:
+            self._file_sha[i] = sha256_file(self.models[i].path)
+        return self._file_sha[i]
 
     def default_rows(self) -> tuple[int, int]:
         """Sinks and tail of the first GGUF's ridgefill.* metadata, else pack.Defaults (4, 1024)."""

@@ -47,6 +47,14 @@ class ResultStore:
             os.fsync(f.fileno())
         self.records[key_of(rec)] = rec
 
+    def replace(self, recs: list[dict]) -> None:
+        """Put these records in place of those with their keys, rewriting the file atomically."""
+        from ..files import atomic_output
+
+        self.records.update((key_of(r), r) for r in recs)
+        with atomic_output(self.path) as tmp:
+            tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records.values()))
+
     def all(self) -> list[dict]:
         return list(self.records.values())
 

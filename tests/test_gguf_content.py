@@ -1,0 +1,45 @@
+"""gguf_io.content_sha256: a digest of what a GGUF holds (keys, tensors), not of its bytes."""
+
+import gguf
+import numpy as np
+
+from ridgefill.fetch import sha256_file
+from ridgefill.gguf_io import content_sha256
+
+W = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+
+def _gguf(path, keys: dict, tensors: dict):
+    w = gguf.GGUFWriter(str(path), "llama")
+    for k, v in keys.items():
+        w.add_uint32(k, v) if isinstance(v, int) else w.add_string(k, v)
+    for name, data in tensors.items():
+        w.add_tensor(name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_an_added_tensor_and_key_change_the_file_not_the_content_without_them(tmp_path):
+    a = _gguf(tmp_path / "a.gguf", {"x.n": 3}, {"w": W})
+    b = _gguf(tmp_path / "b.gguf", {"x.n": 3, "x.default": 7}, {"w": W, "extra.stats": np.ones(4, np.float32)})
+    assert sha256_file(a) != sha256_file(b)
+    assert content_sha256(a) != content_sha256(b)
+    assert content_sha256(a) == content_sha256(b, ["x.default"], lambda name: name.startswith("extra."))
+    assert content_sha256(a) == content_sha256(_gguf(tmp_path / "again.gguf", {"x.n": 3}, {"w": W}))
+
+
+def test_any_change_of_a_value_or_a_tensor_shows(tmp_path):
+    base = content_sha256(_gguf(tmp_path / "a.gguf", {"x.n": 3, "x.s": "ab"}, {"w": W}))
+    changed = [
+        ({"x.n": 4, "x.s": "ab"}, {"w": W}),
+        ({"x.n": 3, "x.s": "abc"}, {"w": W}),
+        ({"x.n": 3, "x.s": "ab"}, {"w": np.where(W == 5, np.nextafter(W, 99), W)}),  # one element, one ulp
+        ({"x.n": 3, "x.s": "ab"}, {"w": W.reshape(4, 3)}),  # same bytes, other shape
+        ({"x.n": 3, "x.s": "ab"}, {"v": W}),  # same data, other name
+        ({"x.n": 3, "x.s": "ab"}, {"w": W.astype(np.float16)}),
+    ]
+    digests = {content_sha256(_gguf(tmp_path / f"c{i}.gguf", k, t)) for i, (k, t) in enumerate(changed)}
+    assert base not in digests and len(digests) == len(changed)
