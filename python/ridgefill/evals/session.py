@@ -37,11 +37,6 @@ class Variant:
         return self.mode == "exact" or self.all_layers
 
 
-# keys a measurement never reads: the GGUF's defaults, which every record states for itself
-RECORDED_DEFAULTS = ("ridgefill.sink_rows", "ridgefill.tail_rows", "ridgefill.route_fraction")
-ROUTE_TENSORS = (".ridge_route.mean", ".ridge_route.whiten")
-
-
 EXACT, IDENTITY, RIDGE = Variant("exact", "exact"), Variant("identity", "identity"), Variant("ridge", "ridge")
 DEFAULT_VARIANTS = (EXACT, IDENTITY, RIDGE)
 # Exact computation cut into the same ubatches as a fill run (the filled rows run every layer
@@ -143,11 +138,14 @@ class Session:
         without the routing statistics it never reads. Records are only resumed for the same content, so a
         refit that adds routing statistics to the same maps keeps the maps' records."""
         from ..gguf_io import content_sha256
+        from ..pack import KEY, ROUTE_MEAN, ROUTE_WHITEN
 
         i, routed = self.models.index(self.model_for(variant, split)), variant.route > 0
         if (i, routed) not in self._sha:
-            skip = (lambda name: False) if routed else (lambda name: name.endswith(ROUTE_TENSORS))
-            self._sha[i, routed] = content_sha256(self.models[i].path, RECORDED_DEFAULTS, skip)
+            s = self.models[i].rf_split_layer
+            stats = set() if routed else {ROUTE_MEAN.format(s), ROUTE_WHITEN.format(s)}
+            defaults = [KEY.format(k) for k in ("sink_rows", "tail_rows", "route_fraction")]  # every record states its own
+            self._sha[i, routed] = content_sha256(self.models[i].path, defaults, stats.__contains__)
         return self._sha[i, routed]
 
     def file_sha256(self, variant: Variant, split: int | None) -> str:
