@@ -53,6 +53,13 @@ def test_a_routed_configuration_competes_with_the_splits():
     assert "| 15 | 1024 | 5 % | 4096 |" in frontier.markdown(rows)
 
 
+def test_the_frontier_table_has_as_many_columns_as_its_header():
+    """A separator row one cell short and the table does not render."""
+    for rows in ([_row(15, 1024, 4096, 80, 40, 1.44)], [_row(15, 1024, 4096, 80, 78, 1.40, route=0.05)]):
+        head, sep, row = frontier.markdown(rows).splitlines()[-3:]
+        assert head.count("|") == sep.count("|") == row.count("|")
+
+
 def test_routed_rows_read_the_routed_variant():
     from ridgefill.costmodel import SMOLLM2
 

@@ -168,7 +168,7 @@ def markdown(rows: list[dict], title: str = "") -> str:
              "| split | tail | " + ("routed | " if routed else "") + "N | speed-up ridge | speed-up identity | "
              "needles exact / identity / ridge (n) | ridge − identity [95 %] | ridge − exact [95 %] | "
              + ("routed − plain ridge [95 %] | " if routed else "") + "distant loss ridge − exact [95 %] |",
-             "|" + " --- |" * (10 if routed else 9)]
+             "|" + " --- |" * (11 if routed else 9)]
     for r in rows:
         n = r.get("needle", {})
         cells = " / ".join(f"{n[v]:.1f}" if v in n else "–" for v in ("exact", "identity", "ridge"))
