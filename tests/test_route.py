@@ -219,6 +219,36 @@ def test_the_routed_row_is_the_highest_leverage_one_and_runs_in_full(model, prom
         assert err_routed < 0.1 * err_filled, (il, part, err_routed, err_filled)
 
 
+@pytest.mark.slow
+def test_routed_rows_of_one_decode_call_run_as_they_would_after_each_ubatch(model, prompt):
+    """A decode call of several fill ubatches routes each ubatch's own picks, but runs them in one
+    pass at its end; decoding each ubatch in a call of its own routes after every ubatch. Both
+    route the same rows and write the same cache: no fill ubatch reads a routed row's late K/V."""
+    m, _ = model
+    ub, p = 64, 0.1
+    ctx = m.context(n_ctx=1024, n_batch=UBATCH, n_ubatch=ub, threads=2, flash_attn="on", kv_type="f32")
+    cuts = list(range(SINKS, N - TAIL, ub)) + [N - TAIL]
+    want_routed = sum(int(np.ceil(p * (hi - lo))) for lo, hi in zip(cuts, cuts[1:]))
+    _, routed = _head(ctx, prompt, p)
+    assert routed == want_routed and len(cuts) > 3
+    got = _cache(ctx, m.n_layer, N - TAIL)
+
+    ctx.seq_rm(0)
+    ctx.reset_fill_counts()
+    ctx.decode(prompt[:SINKS], 0, outputs="none")
+    ctx.set_fill_range(0, SINKS, N - TAIL)
+    for lo, hi in zip(cuts, cuts[1:]):
+        ctx.decode(prompt[lo:hi], lo, outputs="none")
+    ctx.set_fill_range(0, 0, 0)
+    assert ctx.routed_count == want_routed
+    want = _cache(ctx, m.n_layer, N - TAIL)
+    filled = _cache_after_fill(ctx, m, prompt)
+    late_k = got[(m.n_layer - 1, "k")]
+    assert np.count_nonzero(np.abs(late_k - filled[(m.n_layer - 1, "k")]).max(axis=1) > 0) == want_routed
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-5, err_msg=str(key))
+
+
 def _full_layer(path, il, h, pos, k_cache, v_cache):
     """numpy: llama layer il for one row h at position pos, attending over cached K/V rows [0, pos]
     (K already rotated, as the cache holds it): the row's input to layer il + 1."""
