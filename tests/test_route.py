@@ -219,13 +219,9 @@ def test_the_routed_row_is_the_highest_leverage_one_and_runs_in_full(model, prom
         assert err_routed < 0.1 * err_filled, (il, part, err_routed, err_filled)
 
 
-@pytest.mark.slow
-def test_routed_rows_of_one_decode_call_run_as_they_would_after_each_ubatch(model, prompt):
-    """A decode call of several fill ubatches routes each ubatch's own picks, but runs them in one
-    pass at its end; decoding each ubatch in a call of its own routes after every ubatch. Both
-    route the same rows and write the same cache: no fill ubatch reads a routed row's late K/V."""
-    m, _ = model
-    ub, p = 64, 0.1
+def _one_call_and_one_per_ubatch(m, prompt, ub=64, p=0.1):
+    """The head decoded in one call of several fill ubatches, then in one call per ubatch (same cuts):
+    (routed rows expected, the two caches, the cache of the plain fill)."""
     ctx = m.context(n_ctx=1024, n_batch=UBATCH, n_ubatch=ub, threads=2, flash_attn="on", kv_type="f32")
     cuts = list(range(SINKS, N - TAIL, ub)) + [N - TAIL]
     want_routed = sum(int(np.ceil(p * (hi - lo))) for lo, hi in zip(cuts, cuts[1:]))
@@ -242,9 +238,32 @@ def test_routed_rows_of_one_decode_call_run_as_they_would_after_each_ubatch(mode
     ctx.set_fill_range(0, 0, 0)
     assert ctx.routed_count == want_routed
     want = _cache(ctx, m.n_layer, N - TAIL)
-    filled = _cache_after_fill(ctx, m, prompt)
-    late_k = got[(m.n_layer - 1, "k")]
-    assert np.count_nonzero(np.abs(late_k - filled[(m.n_layer - 1, "k")]).max(axis=1) > 0) == want_routed
+    return want_routed, got, want, _cache_after_fill(ctx, m, prompt)
+
+
+@pytest.mark.slow
+def test_routed_rows_of_one_decode_call_run_as_they_would_after_each_ubatch(model, prompt):
+    """A decode call of several fill ubatches routes each ubatch's own picks, but runs them in one
+    pass at its end; decoding each ubatch in a call of its own routes after every ubatch. Both
+    route the same rows and write the same cache: no fill ubatch reads a routed row's late K/V."""
+    m, _ = model
+    n_routed, got, want, filled = _one_call_and_one_per_ubatch(m, prompt)
+    last_k = (m.n_layer - 1, "k")
+    assert np.count_nonzero(np.abs(got[last_k] - filled[last_k]).max(axis=1) > 0) == n_routed
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-5, err_msg=str(key))
+
+
+@pytest.mark.slow
+def test_a_sliding_window_cache_routes_across_ubatches_too(shared_models, prompt, tmp_path):
+    """gemma3's SWA cache routes after every fill ubatch (its next ubatch may take window cells);
+    one call of several ubatches still equals one call per ubatch."""
+    from ridgefill.runtime import Model
+
+    base, split = shared_models.base("gemma3-270m"), 12
+    m, _ = _route_model(base, tmp_path / "route.gguf", _states(Model(base), prompt, split), split=split)
+    _, got, want, filled = _one_call_and_one_per_ubatch(m, prompt)
+    assert _late_err(got, filled, split, m.n_layer) > 1e-2
     for key in want:
         np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-5, err_msg=str(key))
 
