@@ -11,6 +11,11 @@ from ridgefill.server import ServerError, tool_path
 _guard = pytest.MonkeyPatch()
 
 
+def pytest_sessionstart(session):
+    """matplotlib builds its font cache on first use, running `fc-list`: let it do so before any guard."""
+    import matplotlib.font_manager  # noqa: F401
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """`make test-fast` (-m "not slow") loads no model and starts no process: enforced for every test
