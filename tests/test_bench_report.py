@@ -97,3 +97,12 @@ def test_routing_cost_pairs_each_routed_mode_with_its_base_round_by_round(tmp_pa
     assert "routing's own cost" not in ttft_report.markdown(_summary([100.0], [80.0]))
     ttft_report.plot([summ], str(tmp_path / "p.png"))  # routed modes get colours of their own
     assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_rounds_alternate_their_order_so_a_drift_favours_no_mode():
+    modes = ("exact", "ridge", "ridge@2")
+    orders = [bench.round_order(modes, i) for i in range(4)]
+    assert orders[0] == orders[2] == list(modes)
+    assert orders[1] == orders[3] == list(reversed(modes))
+    # over two rounds every mode sits at the same mean position
+    assert len({orders[0].index(m) + orders[1].index(m) for m in modes}) == 1

@@ -1,7 +1,8 @@
 """TTFT side by side: exact, identity and ridge prefill through the patched llama-bench and llama-server.
 
-Runs are interleaved (exact, identity, ridge, exact, ...) so that machine noise hits every
-mode alike. llama-bench: each run is a fresh process timing one prompt (`-p N -n 0 -r 1`).
+Runs are interleaved in rounds whose order alternates (exact, identity, ridge, then ridge,
+identity, exact, ...) so that machine noise, and a drift of the machine's speed over a round, hit
+every mode alike. llama-bench: each run is a fresh process timing one prompt (`-p N -n 0 -r 1`).
 llama-server: one server per fill mode (`-np 1`), exact requests go to one of them through the
 per-request override; each request sends a fresh prompt with `cache_prompt: false` and
 `n_predict: 1`, and TTFT is the request's wall time. Printed beside each ratio: the
@@ -60,6 +61,11 @@ def run_llama_bench(model: str, n_tokens: int, mode: str, threads: int, batch: i
     return row["avg_ns"] / 1e6, usage.ru_maxrss / 1024, report
 
 
+def round_order(modes, i: int) -> list:
+    """Round i's order of the modes: as given, reversed in odd rounds (a linear drift then biases none)."""
+    return list(modes) if i % 2 == 0 else list(reversed(modes))
+
+
 def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identity", "ridge"), threads: int = 2,
          sinks: int | None = None, tail: int | None = None, split: int | None = None, batch: int = 2048,
          ubatch: int = 512, progress=print, tool: str | None = None, extra_args: tuple = (), rpc: str | None = None) -> dict:
@@ -73,7 +79,7 @@ def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identit
     for n in lengths:
         r = LengthResult(n, {mode: [] for mode in modes})
         for i in range(runs):
-            for mode in modes:
+            for mode in round_order(modes, i):
                 ms, rss, report = run_llama_bench(model, n, mode, threads, batch, ubatch, split, sinks, tail,
                                                   tool=tool, extra_args=extra_args)
                 r.ms[mode].append(ms)
@@ -84,6 +90,7 @@ def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identit
         results.append(r)
     out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(model))
     out["path"] = "llama-bench"
+    out["round_order"] = "alternating"
     out["rpc"] = rpc
     return out
 
@@ -148,7 +155,7 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
         for n in lengths:
             r = LengthResult(n, {mode: [] for mode in modes})
             for i in range(runs):
-                for j, mode in enumerate(modes):
+                for j, mode in enumerate(round_order(modes, i)):
                     ms, res = ttft_ms(serve(mode), _server_prompt(m, prose, n, i * len(modes) + j), mode)
                     t = res["timings"]
                     if t["prompt_n"] != n:
@@ -165,6 +172,7 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
     out = summarize(model, results, costmodel.Shape.from_gguf(model), split, sinks, tail, threads, modes,
                     map_bytes(model))
     out["path"] = "llama-server"
+    out["round_order"] = "alternating"
     out["rpc"] = rpc
     return out
 
