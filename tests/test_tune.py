@@ -134,3 +134,15 @@ def test_tune_end_to_end_on_smollm2(smollm2_path, tmp_path):
     assert (work / "frontier.md").read_text() == report  # the store's records, nothing measured again
     bad = subprocess.run(cmd[:-2] + ["--tokens", "4096"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "use another work directory" in bad.stderr
+
+
+def test_a_sweep_left_part_way_shows_each_modes_count_and_is_judged_paired():
+    """Exact measured 16 items, the fill modes 15: the table says so, and the budget reads the
+    paired difference (the 15 items both measured), not a difference of means over unequal sets."""
+    r = _row(18, 1024, 4096, 68.8, 68.3, 1.32)
+    r["needle_ns"] = {"exact": 16, "identity": 15, "ridge": 15}
+    r["needle_diff"] = {"ridge-exact": {"mean": -6.0, "lo": -20.0, "hi": 5.0}}
+    assert "(n=16/15/15)" in frontier.markdown([r])
+    assert frontier.choose([r], 5, 0.02)[0] is None and frontier.choose([r], 6, 0.02)[0]["split"] == 18
+    r["needle_ns"] = {"exact": 15, "identity": 15, "ridge": 15}
+    assert "(n=15)" in frontier.markdown([r])
