@@ -132,6 +132,12 @@ def test_tune_end_to_end_on_smollm2(smollm2_path, tmp_path):
     only = subprocess.run(cmd[:-2] + ["--report-only"], capture_output=True, text=True, timeout=300)
     assert only.returncode == 0 and "eval:" not in only.stderr, only.stderr[-2000:]
     assert (work / "frontier.md").read_text() == report  # the store's records, nothing measured again
+    timed = subprocess.run(cmd[:-2] + ["--report-only", "--measure", "--runs", "1"], capture_output=True, text=True,
+                           timeout=600)
+    assert timed.returncode == 0 and "eval:" not in timed.stderr, timed.stderr[-2000:]
+    rows = json.loads((work / "frontier.json").read_text())["rows"]
+    assert all(r["speedup_ridge"] > 0 and r["speedup_identity"] > 0 for r in rows)  # timed, quality from the store
+    assert [r["needle"] for r in rows] == [r["needle"] for r in doc["rows"]]
     bad = subprocess.run(cmd[:-2] + ["--tokens", "4096"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "use another work directory" in bad.stderr
 

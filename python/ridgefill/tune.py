@@ -52,7 +52,8 @@ def add_parser(sub) -> None:
     p.add_argument("--work-dir", help="resumable work directory (default ridgefill-tune-<base name>)")
     p.add_argument("--title", help="report title")
     p.add_argument("--report-only", action="store_true",
-                   help="measure nothing: report what the work directory's store holds (a sweep left part-way)")
+                   help="run no eval: report the quality the work directory's store holds (a sweep left "
+                        "part-way); with --measure, still time the candidates")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("-o", "--output", help="augmented GGUF to write with the chosen split, sinks and tail")
     p.set_defaults(func=cmd_tune)
@@ -134,12 +135,14 @@ def run(args, log) -> tuple[list[dict], Path]:
     variants = variants_named(args.modes or ("exact", "identity", "ridge", *(mode_name("ridge", r) for r in routes if r > 0)))
     summary, plan_doc = (stored_summary(work, plan) if args.report_only else
                          measured_summary(args, base, splits, plan, variants, work, log))
+    if args.measure and args.report_only:  # timing needs the candidates' GGUFs, which a fresh clone lacks
+        frontier.fit_candidates(base, splits, frontier.FitConfig(tokens=args.tokens, threads=args.threads), work, log)
     modes = tuple(v.name for v in variants if v.name in ("exact", "identity", "ridge") or "@" in v.name)
     rows = []
     for s in splits:
         for tail in plan.tails:
             ttft = (measure_ttft(work / "fit" / f"s{s}.gguf", s, plan.sinks, tail, plan.lengths, modes, args.runs,
-                                 args.threads or 2, work, log) if args.measure and not args.report_only else
+                                 args.threads or 2, work, log) if args.measure else
                     stored_ttft(work, s, tail))
             for route in routes:
                 for n in plan.lengths:
