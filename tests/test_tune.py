@@ -152,3 +152,16 @@ def test_a_sweep_left_part_way_shows_each_modes_count_and_is_judged_paired():
     assert frontier.choose([r], 5, 0.02)[0] is None and frontier.choose([r], 6, 0.02)[0]["split"] == 18
     r["needle_ns"] = {"exact": 15, "identity": 15, "ridge": 15}
     assert "(n=15)" in frontier.markdown([r])
+
+
+def test_the_report_states_the_command_that_measures_it(tmp_path):
+    from ridgefill.tune import command_line
+
+    base, work = tmp_path / "models" / "m.gguf", tmp_path / "work"
+    argv = ["tune", str(base), "--work-dir", str(work), "--splits", "15-22", "--quiet", "--report-only",
+            "-o", "x.gguf", "--output=y.gguf", "--title", "a b"]
+    cmd = command_line(argv, base, work)
+    assert cmd.startswith("ridgefill tune m.gguf --work-dir ") and cmd.endswith("--splits 15-22 --title 'a b'")
+    assert "quiet" not in cmd and "report-only" not in cmd and ".gguf" not in cmd.replace("m.gguf", "")
+    assert "(n=" in frontier.markdown([_row(15, 1024, 4096, 80, 40, 1.44)], "t", cmd) and f"Command: `{cmd}`" in \
+        frontier.markdown([_row(15, 1024, 4096, 80, 40, 1.44)], "t", cmd)

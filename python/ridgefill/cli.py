@@ -415,7 +415,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    args.argv = argv  # for reports that state the command behind them
     _exit_on_sigterm()
     try:
         return args.func(args)

@@ -172,9 +172,9 @@ def _counts(row: dict) -> str:
     return f"n={next(iter(ns.values()), row.get('needle_n', 0))}"
 
 
-def markdown(rows: list[dict], title: str = "") -> str:
+def markdown(rows: list[dict], title: str = "", command: str | None = None) -> str:
     routed = any(r.get("route", 0) > 0 for r in rows)
-    lines = [f"## {title}\n" if title else "",
+    lines = [f"## {title}\n" if title else "", f"Command: `{command}`\n" if command else None,
              "| split | tail | " + ("routed | " if routed else "") + "N | speed-up ridge | speed-up identity | "
              "needles exact / identity / ridge (n) | ridge − identity [95 %] | ridge − exact [95 %] | "
              + ("routed − plain ridge [95 %] | " if routed else "") + "distant loss ridge − exact [95 %] |",

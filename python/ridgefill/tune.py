@@ -7,6 +7,7 @@ Without -o it only measures and reports (the frontier reports in bench/results c
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -124,6 +125,39 @@ def stored_ttft(work: Path, split: int, tail: int) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+NOT_IN_COMMAND = {"--report-only": 0, "--quiet": 0, "-o": 1, "--output": 1}  # flag -> values it takes
+
+
+def _base_arg(base: Path) -> str:
+    """A registry model's cached file as the command that fetches it, any other base by file name."""
+    from . import models
+
+    for name in models.REGISTRY:
+        if base.absolute() == models.cached_path(name).absolute():
+            return f"$(ridgefill model fetch {name})"
+    return base.name
+
+
+def command_line(argv: Sequence[str], base: Path, work: Path) -> str:
+    """The command that measures (and, rerun, resumes) a report: the given one, with the base by file
+    name, the work directory relative to here, and without the flags that change no figure."""
+    import shlex
+
+    out, skip = [], 0
+    for a in argv:
+        if skip:
+            skip -= 1
+        elif a.split("=")[0] in NOT_IN_COMMAND:
+            skip = NOT_IN_COMMAND[a.split("=")[0]] if "=" not in a else 0
+        elif a == str(base):
+            out.append(_base_arg(base))
+        elif Path(a) == work.absolute() or a == str(work):
+            out.append(str(Path(os.path.relpath(work.absolute()))))
+        else:
+            out.append(a)
+    return "ridgefill " + " ".join(a if a.startswith("$(") else shlex.quote(a) for a in out)
+
+
 def run(args, log) -> tuple[list[dict], Path]:
     base = Path(args.base)
     work = Path(args.work_dir or f"ridgefill-tune-{base.stem}")
@@ -150,7 +184,9 @@ def run(args, log) -> tuple[list[dict], Path]:
     title = args.title or f"{base.name}: quality vs speed by split"
     (work / "frontier.json").write_text(json.dumps({"base": str(base), "plan": plan_doc, "tokens": args.tokens,
                                                     "rows": rows}, indent=1))
-    (work / "frontier.md").write_text(frontier.markdown(rows, title))
+    argv = getattr(args, "argv", None)
+    command = command_line(argv, base, work) if argv else None
+    (work / "frontier.md").write_text(frontier.markdown(rows, title, command))
     frontier.plot(rows, work / "frontier.png", title)
     return rows, work
 
