@@ -158,10 +158,11 @@ def test_the_report_states_the_command_that_measures_it(tmp_path):
     from ridgefill.tune import command_line
 
     base, work = tmp_path / "models" / "m.gguf", tmp_path / "work"
-    argv = ["tune", str(base), "--work-dir", str(work), "--splits", "15-22", "--quiet", "--report-only",
-            "-o", "x.gguf", "--output=y.gguf", "--title", "a b"]
-    cmd = command_line(argv, base, work)
-    assert cmd.startswith("ridgefill tune m.gguf --work-dir ") and cmd.endswith("--splits 15-22 --title 'a b'")
+    argv = ["tune", str(base), "--work-dir", "elsewhere", "--title", "x", "--work-dir", str(work), "--splits", "15",
+            "22", "--quiet", "--report-only", "-o", "x.gguf", "--output=y.gguf", "--budget-loss", "-1", "--title", "a b"]
+    cmd = command_line(argv, base, work)  # bench/frontier's --work-dir and --title, then the caller's
+    assert cmd.startswith("ridgefill tune m.gguf --work-dir ") and cmd.endswith("--splits 15 22 --budget-loss -1 --title 'a b'")
+    assert cmd.count("--work-dir") == cmd.count("--title") == 1 and "elsewhere" not in cmd
     assert "quiet" not in cmd and "report-only" not in cmd and ".gguf" not in cmd.replace("m.gguf", "")
     assert "(n=" in frontier.markdown([_row(15, 1024, 4096, 80, 40, 1.44)], "t", cmd) and f"Command: `{cmd}`" in \
         frontier.markdown([_row(15, 1024, 4096, 80, 40, 1.44)], "t", cmd)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -125,7 +126,7 @@ def stored_ttft(work: Path, split: int, tail: int) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-NOT_IN_COMMAND = {"--report-only": 0, "--quiet": 0, "-o": 1, "--output": 1}  # flag -> values it takes
+NOT_IN_COMMAND = ("--report-only", "--quiet", "-o", "--output")  # change no figure
 
 
 def _base_arg(base: Path) -> str:
@@ -138,23 +139,37 @@ def _base_arg(base: Path) -> str:
     return base.name
 
 
+def _groups(argv: Sequence[str], base: Path) -> list[list[str]]:
+    """argv as [flag, its values...] groups; the base and the subcommand are groups of their own."""
+    out: list[list[str]] = []
+    for a in argv:
+        if not out or a == str(base) or (a.startswith("-") and not re.match(r"-[\d.]", a)) or out[-1][0] == str(base):
+            out.append([a])
+        else:
+            out[-1].append(a)
+    return out
+
+
 def command_line(argv: Sequence[str], base: Path, work: Path) -> str:
-    """The command that measures (and, rerun, resumes) a report: the given one, with the base by file
-    name, the work directory relative to here, and without the flags that change no figure."""
+    """The command that measures (and, rerun, resumes) a report: the given one, with the base as its
+    fetch command or file name, the work directory relative to here, an option given twice as its last
+    (argparse's rule), and without the flags that change no figure."""
     import shlex
 
-    out, skip = [], 0
-    for a in argv:
-        if skip:
-            skip -= 1
-        elif a.split("=")[0] in NOT_IN_COMMAND:
-            skip = NOT_IN_COMMAND[a.split("=")[0]] if "=" not in a else 0
-        elif a == str(base):
-            out.append(_base_arg(base))
-        elif Path(a) == work.absolute() or a == str(work):
-            out.append(str(Path(os.path.relpath(work.absolute()))))
-        else:
-            out.append(a)
+    groups = _groups(argv, base)
+    flag = lambda g: g[0].split("=")[0]  # noqa: E731
+    last = {flag(g): i for i, g in enumerate(groups)}
+    out = []
+    for i, g in enumerate(groups):
+        if flag(g) in NOT_IN_COMMAND or (g[0].startswith("-") and last[flag(g)] != i):
+            continue
+        for a in g:
+            if a == str(base):
+                out.append(_base_arg(base))
+            elif Path(a).absolute() == work.absolute():
+                out.append(os.path.relpath(work.absolute()))
+            else:
+                out.append(a)
     return "ridgefill " + " ".join(a if a.startswith("$(") else shlex.quote(a) for a in out)
 
 
