@@ -155,7 +155,7 @@ def test_a_sweep_left_part_way_shows_each_modes_count_and_is_judged_paired():
 
 
 def test_the_report_states_the_command_that_measures_it(tmp_path):
-    from ridgefill.tune import command_line
+    from ridgefill.command_line import command_line
 
     base, work = tmp_path / "models" / "m.gguf", tmp_path / "work"
     argv = ["tune", str(base), "--work-dir", "elsewhere", "--title", "x", "--work-dir", str(work), "--splits", "15",

@@ -7,13 +7,12 @@ Without -o it only measures and reports (the frontier reports in bench/results c
 from __future__ import annotations
 
 import json
-import os
-import re
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from . import frontier
+from .command_line import command_line
 from .cli_args import list_option
 from .costmodel import Shape
 from .errors import InputError, RidgefillError
@@ -98,10 +97,13 @@ def measure_ttft(gguf: Path, split: int, sinks: int, tail: int, lengths: Sequenc
     return out
 
 
+def fit_config(args) -> frontier.FitConfig:
+    return frontier.FitConfig(tokens=args.tokens, threads=args.threads)
+
+
 def measured_summary(args, base: Path, splits, plan, variants, work: Path, log) -> tuple[list[dict], dict]:
     """Fit what is missing, measure what is missing; the eval summary rows and the plan run."""
-    fit_cfg = frontier.FitConfig(tokens=args.tokens, threads=args.threads)
-    cands = frontier.fit_candidates(base, splits, fit_cfg, work, log)
+    cands = frontier.fit_candidates(base, splits, fit_config(args), work, log)
     session = Session([base] + [cands[s] for s in splits], n_ctx=max(plan.lengths) + MAX_NEW, threads=args.threads)
     res = runner.run(session, plan, work / "eval", variants, progress=not args.quiet, log=log, plots=False)
     log(f"eval: {res.n_run} measured, {res.n_resumed} resumed")
@@ -126,53 +128,6 @@ def stored_ttft(work: Path, split: int, tail: int) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-NOT_IN_COMMAND = ("--report-only", "--quiet", "-o", "--output")  # change no figure
-
-
-def _base_arg(base: Path) -> str:
-    """A registry model's cached file as the command that fetches it, any other base by file name."""
-    from . import models
-
-    for name in models.REGISTRY:
-        if base.absolute() == models.cached_path(name).absolute():
-            return f"$(ridgefill model fetch {name})"
-    return base.name
-
-
-def _groups(argv: Sequence[str], base: Path) -> list[list[str]]:
-    """argv as [flag, its values...] groups; the base and the subcommand are groups of their own."""
-    out: list[list[str]] = []
-    for a in argv:
-        if not out or a == str(base) or (a.startswith("-") and not re.match(r"-[\d.]", a)) or out[-1][0] == str(base):
-            out.append([a])
-        else:
-            out[-1].append(a)
-    return out
-
-
-def command_line(argv: Sequence[str], base: Path, work: Path) -> str:
-    """The command that measures (and, rerun, resumes) a report: the given one, with the base as its
-    fetch command or file name, the work directory relative to here, an option given twice as its last
-    (argparse's rule), and without the flags that change no figure."""
-    import shlex
-
-    groups = _groups(argv, base)
-    flag = lambda g: g[0].split("=")[0]  # noqa: E731
-    last = {flag(g): i for i, g in enumerate(groups)}
-    out = []
-    for i, g in enumerate(groups):
-        if flag(g) in NOT_IN_COMMAND or (g[0].startswith("-") and last[flag(g)] != i):
-            continue
-        for a in g:
-            if a == str(base):
-                out.append(_base_arg(base))
-            elif Path(a).absolute() == work.absolute():
-                out.append(os.path.relpath(work.absolute()))
-            else:
-                out.append(a)
-    return "ridgefill " + " ".join(a if a.startswith("$(") else shlex.quote(a) for a in out)
-
-
 def run(args, log) -> tuple[list[dict], Path]:
     base = Path(args.base)
     work = Path(args.work_dir or f"ridgefill-tune-{base.stem}")
@@ -185,7 +140,7 @@ def run(args, log) -> tuple[list[dict], Path]:
     summary, plan_doc = (stored_summary(work, plan) if args.report_only else
                          measured_summary(args, base, splits, plan, variants, work, log))
     if args.measure and args.report_only:  # timing needs the candidates' GGUFs, which a fresh clone lacks
-        frontier.fit_candidates(base, splits, frontier.FitConfig(tokens=args.tokens, threads=args.threads), work, log)
+        frontier.fit_candidates(base, splits, fit_config(args), work, log)
     modes = tuple(v.name for v in variants if v.name in ("exact", "identity", "ridge") or "@" in v.name)
     rows = []
     for s in splits:
