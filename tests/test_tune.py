@@ -16,6 +16,7 @@ def _row(split, tail, n, exact, ridge, bound, loss_gap=None, measured=None, rout
          "needle": {"exact": exact, "identity": 0.0, "ridge": ridge}, "needle_n": 24, "needle_diff": {}}
     if loss_gap is not None:
         r["loss_diff"] = {"ridge-exact": {"mean": loss_gap, "lo": loss_gap - 0.01, "hi": loss_gap + 0.01}}
+        r["loss_distant"], r["loss_docs"], r["loss_tokens"] = {"exact": 1.0, "ridge": 1.0 + loss_gap}, 6, 20
     if measured is not None:
         r["speedup_ridge"], r["speedup_range_ridge"] = measured, [measured - 0.05, measured + 0.05]
     return r
@@ -166,3 +167,27 @@ def test_the_report_states_the_command_that_measures_it(tmp_path):
     assert "quiet" not in cmd and "report-only" not in cmd and ".gguf" not in cmd.replace("m.gguf", "")
     assert "(n=" in frontier.markdown([_row(15, 1024, 4096, 80, 40, 1.44)], "t", cmd) and f"Command: `{cmd}`" in \
         frontier.markdown([_row(15, 1024, 4096, 80, 40, 1.44)], "t", cmd)
+
+
+def test_the_loss_table_shows_each_mode_and_its_counts():
+    r = _row(17, 1024, 4096, 80, 60, 1.36, loss_gap=0.05)
+    r["loss_distant"]["identity"] = 1.4
+    r["loss_diff"]["ridge-identity"] = {"mean": -0.35, "lo": -0.5, "hi": -0.2}
+    r["loss_all_diff"] = {"ridge-exact": {"mean": 0.02, "lo": 0.01, "hi": 0.03}}
+    lines = frontier.markdown([r, _row(18, 1024, 4096, 80, 70, 1.32)]).splitlines()
+    head, sep, row = lines[-3:]
+    assert head.count("|") == sep.count("|") == row.count("|") and row.startswith("| 17 | 1024 | 4096 |")
+    assert "1.000 / 1.400 / 1.050 (6, 20)" in row and "-0.350 [-0.500, -0.200]" in row and "+0.020 [+0.010, +0.030]" in row
+    assert not any(line.startswith("| 18 |") and "(6, 20)" in line for line in lines)  # no loss measured there
+
+
+def test_the_report_lists_every_command_that_measured_its_work_directory(tmp_path):
+    first = "ridgefill tune m.gguf --splits 15-22 --needles-only"
+    assert frontier.record_command(tmp_path, first) == [first]
+    assert frontier.record_command(tmp_path, first) == [first]  # a rerun (resume) is not a new command
+    timed = first + " --measure --runs 3"
+    assert frontier.record_command(tmp_path, timed) == [timed]  # the same run, now also timed
+    loss = "ridgefill tune m.gguf --splits 17-19 --docs 24"
+    assert frontier.recorded_commands(tmp_path) == [timed] and frontier.record_command(tmp_path, loss) == [timed, loss]
+    md = frontier.markdown([_row(15, 1024, 4096, 80, 40, 1.44)], "t", frontier.recorded_commands(tmp_path))
+    assert f"- `{timed}`\n- `{loss}`" in md and "Command:" not in md

@@ -10,6 +10,7 @@ Work directory (resumable: a rerun measures only what is missing):
   fit/manifest.json   base sha256 and capture settings; fit/s{S}.maps.npz, fit/s{S}.gguf
   eval/               the eval runner's store (results.jsonl, items, summary)
   ttft/s{S}-t{T}.json llama-bench summaries
+  commands.txt        the command of every run that measured something, in order (the report states them)
   frontier.json, frontier.md, frontier.png
 """
 
@@ -112,6 +113,12 @@ def row_for(pt: Point, summary: list[dict], shape: costmodel.Shape, ttft: dict |
     if loss:
         out["loss_distant"] = {v: loss["means"][name]["mean"] for v, name in _names(pt) if name in loss["means"]}
         out["loss_diff"] = _diffs(loss["diffs"], pt)
+        # documents with distant-dependent tokens, and those tokens (the exact model's criterion: every mode alike)
+        exact = loss["means"].get("exact", {})
+        out["loss_docs"], out["loss_tokens"] = exact.get("n", 0), exact.get("tokens", 0)
+    loss_all = _summary_row(summary, "loss", "loss", "loss_all", pt)
+    if loss_all:
+        out["loss_all_diff"] = _diffs(loss_all["diffs"], pt)
     return out
 
 
@@ -172,23 +179,66 @@ def _counts(row: dict) -> str:
     return f"n={next(iter(ns.values()), row.get('needle_n', 0))}"
 
 
-def markdown(rows: list[dict], title: str = "", command: str | None = None) -> str:
+def _command_lines(commands: Sequence[str]) -> list[str]:
+    if len(commands) == 1:
+        return [f"Command: `{commands[0]}`\n"]
+    return ["Commands, in the order they ran (each resumes the work directory; rerun, it measures only what is "
+            "missing):\n"] + [f"- `{c}`" for c in commands] + [""]
+
+
+def _loss_table(rows: list[dict]) -> list[str]:
+    """Distant-token loss where it was measured: means per mode, paired differences, the all-token gap."""
+    rows = [r for r in rows if "loss_distant" in r]
+    if not rows:
+        return []
+    lines = ["", "Distant-token loss (nats; documents alike; a tail token counts when the exact model's loss falls by "
+                 ">= 2 nats with the whole prefix instead of the short window):\n",
+             "| split | tail | N | distant loss exact / identity / ridge (docs, tokens) | ridge − identity [95 %] | "
+             "ridge − exact [95 %] | identity − exact [95 %] | all tail tokens ridge − exact [95 %] |",
+             "|" + " --- |" * 8]
+    for r in rows:
+        m, d = r["loss_distant"], r.get("loss_diff", {})
+        cells = " / ".join(f"{m[v]:.3f}" if v in m else "–" for v in ("exact", "identity", "ridge"))
+        lines.append(f"| {r['split']} | {r['tail']} | {r['n_tokens']} | {cells} ({r.get('loss_docs', 0)}, "
+                     f"{r.get('loss_tokens', 0)}) | {_ivl(d.get('ridge-identity'))} | {_ivl(d.get('ridge-exact'))} | "
+                     f"{_ivl(d.get('identity-exact'))} | {_ivl(r.get('loss_all_diff', {}).get('ridge-exact'))} |")
+    return lines
+
+
+def markdown(rows: list[dict], title: str = "", commands: Sequence[str] | str | None = None) -> str:
     routed = any(r.get("route", 0) > 0 for r in rows)
-    lines = [f"## {title}\n" if title else "", f"Command: `{command}`\n" if command else None,
+    commands = [commands] if isinstance(commands, str) else list(commands or ())
+    lines = [f"## {title}\n" if title else None, *(_command_lines(commands) if commands else ()),
              "| split | tail | " + ("routed | " if routed else "") + "N | speed-up ridge | speed-up identity | "
              "needles exact / identity / ridge (n) | ridge − identity [95 %] | ridge − exact [95 %] | "
-             + ("routed − plain ridge [95 %] | " if routed else "") + "distant loss ridge − exact [95 %] |",
-             "|" + " --- |" * (11 if routed else 9)]
+             + ("routed − plain ridge [95 %] | " if routed else ""),
+             "|" + " --- |" * (10 if routed else 8)]
     for r in rows:
         n = r.get("needle", {})
         cells = " / ".join(f"{n[v]:.1f}" if v in n else "–" for v in ("exact", "identity", "ridge"))
-        d, ld = r.get("needle_diff", {}), r.get("loss_diff", {})
+        d = r.get("needle_diff", {})
         route = f"{100 * r.get('route', 0):g} % | " if routed else ""
         plain = f"{_iv(d.get('ridge-plain'))} | " if routed else ""
         lines.append(f"| {r['split']} | {r['tail']} | {route}{r['n_tokens']} | {_speed(r, 'ridge')} | {_speed(r, 'identity')} | "
-                     f"{cells} ({_counts(r)}) | {_iv(d.get('ridge-identity'))} | {_iv(d.get('ridge-exact'))} | "
-                     f"{plain}{_ivl(ld.get('ridge-exact'))} |")
+                     f"{cells} ({_counts(r)}) | {_iv(d.get('ridge-identity'))} | {_iv(d.get('ridge-exact'))} | {plain}")
+    lines += _loss_table(rows)
     return "\n".join(line for line in lines if line is not None) + "\n"
+
+
+def record_command(work: Path, command: str) -> list[str]:
+    """Append `command` to work/commands.txt unless it is there; an earlier command it only extends
+    (the same run with more options, e.g. --measure) is replaced. Returns the list."""
+    path = work / "commands.txt"
+    have = path.read_text().splitlines() if path.is_file() else []
+    if command not in have:
+        have = [c for c in have if not command.startswith(c + " ")] + [command]
+        path.write_text("".join(c + "\n" for c in have))
+    return have
+
+
+def recorded_commands(work: Path) -> list[str]:
+    path = work / "commands.txt"
+    return [c for c in path.read_text().splitlines() if c.strip()] if path.is_file() else []
 
 
 def plot(rows: list[dict], out_png: Path, title: str = "") -> Path:

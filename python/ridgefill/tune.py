@@ -154,11 +154,18 @@ def run(args, log) -> tuple[list[dict], Path]:
     title = args.title or f"{base.name}: quality vs speed by split"
     (work / "frontier.json").write_text(json.dumps({"base": str(base), "plan": plan_doc, "tokens": args.tokens,
                                                     "rows": rows}, indent=1))
-    argv = getattr(args, "argv", None)
-    command = command_line(argv, base, work) if argv else None
-    (work / "frontier.md").write_text(frontier.markdown(rows, title, command))
+    (work / "frontier.md").write_text(frontier.markdown(rows, title, report_commands(args, base, work)))
     frontier.plot(rows, work / "frontier.png", title)
     return rows, work
+
+
+def report_commands(args, base: Path, work: Path) -> list[str]:
+    """The commands that measured the work directory, this one recorded if it measured anything."""
+    argv = getattr(args, "argv", None)
+    command = command_line(argv, base, work) if argv else None
+    if command and (args.measure or not args.report_only):
+        return frontier.record_command(work, command)
+    return frontier.recorded_commands(work) or ([command] if command else [])
 
 
 def cmd_tune(args) -> int:
