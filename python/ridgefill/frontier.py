@@ -209,9 +209,9 @@ def markdown(rows: list[dict], title: str = "", commands: Sequence[str] | str | 
     routed = any(r.get("route", 0) > 0 for r in rows)
     commands = [commands] if isinstance(commands, str) else list(commands or ())
     lines = [f"## {title}\n" if title else None, *(_command_lines(commands) if commands else ()),
-             "| split | tail | " + ("routed | " if routed else "") + "N | speed-up ridge | speed-up identity | "
-             "needles exact / identity / ridge (n) | ridge − identity [95 %] | ridge − exact [95 %] | "
-             + ("routed − plain ridge [95 %] | " if routed else ""),
+             ("| split | tail | " + ("routed | " if routed else "") + "N | speed-up ridge | speed-up identity | "
+              "needles exact / identity / ridge (n) | ridge − identity [95 %] | ridge − exact [95 %] | "
+              + ("routed − plain ridge [95 %] |" if routed else "")).rstrip(),
              "|" + " --- |" * (10 if routed else 8)]
     for r in rows:
         n = r.get("needle", {})
@@ -220,7 +220,7 @@ def markdown(rows: list[dict], title: str = "", commands: Sequence[str] | str | 
         route = f"{100 * r.get('route', 0):g} % | " if routed else ""
         plain = f"{_iv(d.get('ridge-plain'))} | " if routed else ""
         lines.append(f"| {r['split']} | {r['tail']} | {route}{r['n_tokens']} | {_speed(r, 'ridge')} | {_speed(r, 'identity')} | "
-                     f"{cells} ({_counts(r)}) | {_iv(d.get('ridge-identity'))} | {_iv(d.get('ridge-exact'))} | {plain}")
+                     f"{cells} ({_counts(r)}) | {_iv(d.get('ridge-identity'))} | {_iv(d.get('ridge-exact'))} | {plain}".rstrip())
     lines += _loss_table(rows)
     return "\n".join(line for line in lines if line is not None) + "\n"
 
