@@ -191,3 +191,13 @@ def test_the_report_lists_every_command_that_measured_its_work_directory(tmp_pat
     assert frontier.recorded_commands(tmp_path) == [timed] and frontier.record_command(tmp_path, loss) == [timed, loss]
     md = frontier.markdown([_row(15, 1024, 4096, 80, 40, 1.44)], "t", frontier.recorded_commands(tmp_path))
     assert f"- `{timed}`\n- `{loss}`" in md and "Command:" not in md
+
+
+def test_where_the_loss_was_measured_a_configuration_without_it_does_not_qualify():
+    """A needle-only pass at split 21 next to the full profile at 17-18: 21's loss gap is unknown,
+    not small, so the budget cannot pass it; without any loss measured the needles decide alone."""
+    rows = [_row(17, 1024, 4096, 80, 70, 1.36, loss_gap=0.30), _row(18, 1024, 4096, 80, 77, 1.32, loss_gap=0.15),
+            _row(21, 1024, 4096, 80, 79, 1.40)]
+    assert frontier.choose(rows, 5, 0.2)[0]["split"] == 18
+    assert frontier.choose(rows, 5, 0.02)[0] is None
+    assert frontier.choose([_row(21, 1024, 4096, 80, 79, 1.40)], 5, 0.02)[0]["split"] == 21

@@ -186,13 +186,14 @@ def _command_lines(commands: Sequence[str]) -> list[str]:
             "missing):\n"] + [f"- `{c}`" for c in commands] + [""]
 
 
-def _loss_table(rows: list[dict]) -> list[str]:
+def _loss_table(rows: list[dict], window: int | None) -> list[str]:
     """Distant-token loss where it was measured: means per mode, paired differences, the all-token gap."""
     rows = [r for r in rows if "loss_distant" in r]
     if not rows:
         return []
-    lines = ["", "Distant-token loss (nats; documents alike; a tail token counts when the exact model's loss falls by "
-                 ">= 2 nats with the whole prefix instead of the short window):\n",
+    short = f"the last {window} tokens" if window else "a short window"
+    lines = ["", f"Distant-token loss (nats, each document's mean weighted alike): on the tail tokens whose exact loss "
+                 f"falls by >= 2 nats (to <= 2) with the whole prefix instead of {short}:\n",
              "| split | tail | N | distant loss exact / identity / ridge (docs, tokens) | ridge − identity [95 %] | "
              "ridge − exact [95 %] | identity − exact [95 %] | all tail tokens ridge − exact [95 %] |",
              "|" + " --- |" * 8]
@@ -205,7 +206,8 @@ def _loss_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def markdown(rows: list[dict], title: str = "", commands: Sequence[str] | str | None = None) -> str:
+def markdown(rows: list[dict], title: str = "", commands: Sequence[str] | str | None = None,
+             window: int | None = None) -> str:
     routed = any(r.get("route", 0) > 0 for r in rows)
     commands = [commands] if isinstance(commands, str) else list(commands or ())
     lines = [f"## {title}\n" if title else None, *(_command_lines(commands) if commands else ()),
@@ -221,7 +223,7 @@ def markdown(rows: list[dict], title: str = "", commands: Sequence[str] | str | 
         plain = f"{_iv(d.get('ridge-plain'))} | " if routed else ""
         lines.append(f"| {r['split']} | {r['tail']} | {route}{r['n_tokens']} | {_speed(r, 'ridge')} | {_speed(r, 'identity')} | "
                      f"{cells} ({_counts(r)}) | {_iv(d.get('ridge-identity'))} | {_iv(d.get('ridge-exact'))} | {plain}".rstrip())
-    lines += _loss_table(rows)
+    lines += _loss_table(rows, window)
     return "\n".join(line for line in lines if line is not None) + "\n"
 
 
@@ -281,10 +283,11 @@ def check_budgets(budget_needles: float, budget_loss: float) -> None:
             raise InputError(f"{name} must be >= 0, not {v}")
 
 
-def meets(row: dict, budget_needles: float, budget_loss: float) -> bool:
+def meets(row: dict, budget_needles: float, budget_loss: float, need_loss: bool = False) -> bool:
     """Ridge's needle score within budget_needles points of exact's, and its distant-token loss
-    within budget_loss nats of exact's (where the loss was measured). The needle gap is the paired
-    one (the items both measured) where there is one: means over unequal item sets are not comparable."""
+    within budget_loss nats of exact's (where the loss was measured; with need_loss, a row without
+    it does not qualify). The needle gap is the paired one (the items both measured) where there is
+    one: means over unequal item sets are not comparable."""
     n = row.get("needle", {})
     if "ridge" not in n or "exact" not in n:
         return False
@@ -292,7 +295,7 @@ def meets(row: dict, budget_needles: float, budget_loss: float) -> bool:
     if (paired["mean"] if paired else n["ridge"] - n["exact"]) < -budget_needles:
         return False
     gap = row.get("loss_diff", {}).get("ridge-exact")
-    return gap is None or gap["mean"] <= budget_loss
+    return (not need_loss) if gap is None else gap["mean"] <= budget_loss
 
 
 def configs(rows: list[dict]) -> dict[tuple, list[dict]]:
@@ -305,10 +308,12 @@ def configs(rows: list[dict]) -> dict[tuple, list[dict]]:
 
 def choose(rows: list[dict], budget_needles: float, budget_loss: float) -> tuple[dict | None, dict | None]:
     """(the fastest configuration that meets both budgets at every length, or None; the best-quality one).
-    Each is its row at the longest prompt."""
+    Each is its row at the longest prompt. Where the sweep measured the loss anywhere, a configuration
+    whose loss was not measured does not qualify: an unmeasured gap is not a small one."""
     groups = configs(rows)
     longest = {k: max(g, key=lambda r: r["n_tokens"]) for k, g in groups.items()}
-    ok = [longest[k] for k, g in groups.items() if all(meets(r, budget_needles, budget_loss) for r in g)]
+    need_loss = any(r.get("loss_diff", {}).get("ridge-exact") for r in rows)
+    ok = [longest[k] for k, g in groups.items() if all(meets(r, budget_needles, budget_loss, need_loss) for r in g)]
     worst = {k: min((share_of_exact(r, "ridge") or 0.0) for r in g) for k, g in groups.items()}
     best = max(longest, key=lambda k: (worst[k], speedup(longest[k])), default=None)
     return (max(ok, key=speedup) if ok else None), (longest[best] if best else None)

@@ -154,7 +154,8 @@ def run(args, log) -> tuple[list[dict], Path]:
     title = args.title or f"{base.name}: quality vs speed by split"
     (work / "frontier.json").write_text(json.dumps({"base": str(base), "plan": plan_doc, "tokens": args.tokens,
                                                     "rows": rows}, indent=1))
-    (work / "frontier.md").write_text(frontier.markdown(rows, title, report_commands(args, base, work)))
+    commands = report_commands(args, base, work)
+    (work / "frontier.md").write_text(frontier.markdown(rows, title, commands, plan.window))
     frontier.plot(rows, work / "frontier.png", title)
     return rows, work
 
@@ -166,6 +167,11 @@ def report_commands(args, base: Path, work: Path) -> list[str]:
     if command and (args.measure or not args.report_only):
         return frontier.record_command(work, command)
     return frontier.recorded_commands(work) or ([command] if command else [])
+
+
+def _loss_gap_text(row: dict) -> str:
+    gap = row.get("loss_diff", {}).get("ridge-exact")
+    return f", distant-token loss {gap['mean']:+.3f} nats over exact" if gap else ""
 
 
 def cmd_tune(args) -> int:
@@ -180,7 +186,7 @@ def cmd_tune(args) -> int:
         where = ("none measured" if best is None else
                  f"the best found is split {best['split']}, tail {best['tail']} at {best['n_tokens']} tokens: "
                  f"needles {best.get('needle', {}).get('ridge', float('nan')):.1f} vs exact "
-                 f"{best.get('needle', {}).get('exact', float('nan')):.1f}")
+                 f"{best.get('needle', {}).get('exact', float('nan')):.1f}" + _loss_gap_text(best))
         raise NoOperatingPoint(f"no configuration meets --budget-needles {args.budget_needles} and --budget-loss "
                                f"{args.budget_loss}; {where}. Widen the budget or add earlier splits / longer tails")
     frontier.write_tuned(Path(args.base), work, chosen, Path(args.output))
