@@ -230,11 +230,10 @@ def markdown(rows: list[dict], title: str = "", commands: Sequence[str] | str | 
 def record_command(work: Path, command: str) -> list[str]:
     """Append `command` to work/commands.txt unless it is there; an earlier command it only extends
     (the same run with more options, e.g. --measure) is replaced. Returns the list."""
-    path = work / "commands.txt"
-    have = path.read_text().splitlines() if path.is_file() else []
+    have = recorded_commands(work)
     if command not in have:
         have = [c for c in have if not command.startswith(c + " ")] + [command]
-        path.write_text("".join(c + "\n" for c in have))
+        (work / "commands.txt").write_text("".join(c + "\n" for c in have))
     return have
 
 
