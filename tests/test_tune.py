@@ -139,6 +139,8 @@ def test_tune_end_to_end_on_smollm2(smollm2_path, tmp_path):
     rows = json.loads((work / "frontier.json").read_text())["rows"]
     assert all(r["speedup_ridge"] > 0 and r["speedup_identity"] > 0 for r in rows)  # timed, quality from the store
     assert [r["needle"] for r in rows] == [r["needle"] for r in doc["rows"]]
+    recorded = frontier.recorded_commands(work)  # the measuring run, replaced by its timed extension
+    assert len(recorded) == 1 and recorded[0].endswith("--measure --runs 1") and "report-only" not in recorded[0]
     bad = subprocess.run(cmd[:-2] + ["--tokens", "4096"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "use another work directory" in bad.stderr
 

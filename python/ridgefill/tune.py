@@ -104,6 +104,7 @@ def fit_config(args) -> frontier.FitConfig:
 def measured_summary(args, base: Path, splits, plan, variants, work: Path, log) -> tuple[list[dict], dict]:
     """Fit what is missing, measure what is missing; the eval summary rows and the plan run."""
     cands = frontier.fit_candidates(base, splits, fit_config(args), work, log)
+    report_commands(args, base, work)  # now, not at the end: a run stopped part-way has measured something
     session = Session([base] + [cands[s] for s in splits], n_ctx=max(plan.lengths) + MAX_NEW, threads=args.threads)
     res = runner.run(session, plan, work / "eval", variants, progress=not args.quiet, log=log, plots=False)
     log(f"eval: {res.n_run} measured, {res.n_resumed} resumed")
