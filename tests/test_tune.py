@@ -143,6 +143,11 @@ def test_tune_end_to_end_on_smollm2(smollm2_path, tmp_path):
     assert len(recorded) == 1 and recorded[0].endswith("--measure --runs 1") and "report-only" not in recorded[0]
     bad = subprocess.run(cmd[:-2] + ["--tokens", "4096"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "use another work directory" in bad.stderr
+    for f in (work / "fit").glob(f"s{chosen['split']}.*"):  # a fresh clone of the report: the store, no maps
+        f.unlink()
+    picked = subprocess.run(cmd + ["--report-only"], capture_output=True, text=True, timeout=600)
+    assert picked.returncode == 0 and "capture" in picked.stderr and "eval:" not in picked.stderr, picked.stderr[-2000:]
+    assert pack.inspect(out)["metadata"]["split_layer"] == chosen["split"]
 
 
 def test_a_sweep_left_part_way_shows_each_modes_count_and_is_judged_paired():
@@ -181,6 +186,42 @@ def test_the_loss_table_shows_each_mode_and_its_counts():
     assert head.count("|") == sep.count("|") == row.count("|") and row.startswith("| 17 | 1024 | 4096 |")
     assert "1.000 / 1.400 / 1.050 (6, 20)" in row and "-0.350 [-0.500, -0.200]" in row and "+0.020 [+0.010, +0.030]" in row
     assert not any(line.startswith("| 18 |") and "(6, 20)" in line for line in lines)  # no loss measured there
+
+
+def test_tune_writes_only_the_maps_its_store_measured(tmp_path):
+    """A refit (a fresh clone of a committed report) must reproduce the measured maps, or tune refuses."""
+    import gguf
+    import numpy as np
+
+    from ridgefill.evals.session import fingerprint
+    from ridgefill.evals.store import ResultStore
+    from ridgefill.tune import check_measured_maps
+
+    (tmp_path / "fit").mkdir()
+    w = gguf.GGUFWriter(str(tmp_path / "fit" / "s3.gguf"), "llama")
+    w.add_uint32("ridgefill.split_layer", 3)
+    w.add_uint32("ridgefill.tail_rows", 1024)  # a default: not part of what was measured
+    w.add_tensor("rf.map.4", np.eye(4, dtype=np.float32))
+    for write in (w.write_header_to_file, w.write_kv_data_to_file, w.write_tensors_to_file, w.close):
+        write()
+    check_measured_maps(tmp_path, 3)  # nothing measured yet: nothing to compare
+    rec = {"task": "needle", "item": "a", "variant": "ridge", "mode": "ridge", "split": 3, "sinks": 4, "tail": 1024}
+    store = ResultStore(tmp_path / "eval" / "results.jsonl")
+    store.append({**rec, "model_content": fingerprint(tmp_path / "fit" / "s3.gguf", 3, routed=False)})
+    check_measured_maps(tmp_path, 3)
+    store.append({**rec, "model_content": "0" * 64})  # the same record, measured on other maps
+    with pytest.raises(InputError, match="other maps than the ones"):
+        check_measured_maps(tmp_path, 3)
+
+
+def test_a_report_keeps_its_title_when_rerun_without_one(tmp_path):
+    from ridgefill.tune import report_title
+
+    base = tmp_path / "m.gguf"
+    assert report_title(None, tmp_path, base) == "m.gguf: quality vs speed by split"
+    (tmp_path / "frontier.json").write_text(json.dumps({"title": "smollm2, 4K", "rows": []}))
+    assert report_title(None, tmp_path, base) == "smollm2, 4K"  # `--report-only -o` on a committed report
+    assert report_title("new", tmp_path, base) == "new"
 
 
 def test_the_report_lists_every_command_that_measured_its_work_directory(tmp_path):

@@ -152,13 +152,38 @@ def run(args, log) -> tuple[list[dict], Path]:
             for route in routes:
                 for n in plan.lengths:
                     rows.append(frontier.row_for(frontier.Point(s, plan.sinks, tail, n, route), summary, shape, ttft))
-    title = args.title or f"{base.name}: quality vs speed by split"
-    (work / "frontier.json").write_text(json.dumps({"base": str(base), "plan": plan_doc, "tokens": args.tokens,
-                                                    "rows": rows}, indent=1))
+    title = report_title(args.title, work, base)
+    (work / "frontier.json").write_text(json.dumps({"base": str(base), "title": title, "plan": plan_doc,
+                                                    "tokens": args.tokens, "rows": rows}, indent=1))
     commands = report_commands(args, base, work)
     (work / "frontier.md").write_text(frontier.markdown(rows, title, commands, plan.window))
     frontier.plot(rows, work / "frontier.png", title)
     return rows, work
+
+
+def check_measured_maps(work: Path, split: int) -> None:
+    """The maps about to be written are the ones the store's ridge records at `split` measured."""
+    from .evals.session import fingerprint
+    from .evals.store import ResultStore
+
+    store = work / "eval" / "results.jsonl"
+    records = ResultStore(store).all() if store.is_file() else []
+    measured = {r["model_content"] for r in records if r.get("split") == split and r.get("mode") == "ridge"
+                and "model_content" in r}
+    have = fingerprint(work / "fit" / f"s{split}.gguf", split, routed=False)
+    if measured and have not in measured:
+        raise InputError(f"{work / 'fit'}/s{split}.gguf (content {have[:12]}) holds other maps than the ones "
+                         f"{store} measured ({', '.join(sorted(m[:12] for m in measured))}): refit or rerun the eval")
+
+
+def report_title(title: str | None, work: Path, base: Path) -> str:
+    """The title given, else the one the work directory's report already has (a `--report-only -o` run
+    must not retitle a committed report), else one from the base's name."""
+    if title:
+        return title
+    previous = work / "frontier.json"
+    stored = json.loads(previous.read_text()).get("title") if previous.is_file() else None
+    return stored or f"{base.name}: quality vs speed by split"
 
 
 def report_commands(args, base: Path, work: Path) -> list[str]:
@@ -190,6 +215,9 @@ def cmd_tune(args) -> int:
                  f"{best.get('needle', {}).get('exact', float('nan')):.1f}" + _loss_gap_text(best))
         raise NoOperatingPoint(f"no configuration meets --budget-needles {args.budget_needles} and --budget-loss "
                                f"{args.budget_loss}; {where}. Widen the budget or add earlier splits / longer tails")
+    # the store holds the quality, not the maps (a fresh clone of a committed report): fit the chosen split if absent
+    frontier.fit_candidates(Path(args.base), [chosen["split"]], fit_config(args), work, log)
+    check_measured_maps(work, chosen["split"])
     frontier.write_tuned(Path(args.base), work, chosen, Path(args.output))
     print(f"chosen: split {chosen['split']}, sinks {chosen['sinks']}, tail {chosen['tail']}, "
           f"routed {100 * chosen.get('route', 0.0):g} % "

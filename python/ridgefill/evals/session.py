@@ -133,19 +133,10 @@ class Session:
         return ctx
 
     def fingerprint(self, variant: Variant, split: int | None) -> str:
-        """What measures `variant` at `split`: the content digest of its GGUF (gguf_io.content_sha256) without
-        the defaults every record states for itself (sinks, tail, routed share) and, for an unrouted variant,
-        without the routing statistics it never reads. Records are only resumed for the same content, so a
-        refit that adds routing statistics to the same maps keeps the maps' records."""
-        from ..gguf_io import content_sha256
-        from ..pack import KEY, ROUTE_MEAN, ROUTE_WHITEN
-
+        """What measures `variant` at `split` (`fingerprint`, below), cached per model."""
         i, routed = self.models.index(self.model_for(variant, split)), variant.route > 0
         if (i, routed) not in self._sha:
-            s = self.models[i].rf_split_layer
-            stats = set() if routed else {ROUTE_MEAN.format(s), ROUTE_WHITEN.format(s)}
-            defaults = [KEY.format(k) for k in ("sink_rows", "tail_rows", "route_fraction")]  # every record states its own
-            self._sha[i, routed] = content_sha256(self.models[i].path, defaults, stats.__contains__)
+            self._sha[i, routed] = fingerprint(self.models[i].path, self.models[i].rf_split_layer, routed)
         return self._sha[i, routed]
 
     def file_sha256(self, variant: Variant, split: int | None) -> str:
@@ -189,3 +180,16 @@ def check_same_base(models: Sequence[Model]) -> None:
     shapes = {(m.n_layer, m.n_embd, m.n_vocab) for m in models}
     if len(shapes) > 1:
         raise InputError(f"the models differ in shape (n_layer, n_embd, n_vocab): {sorted(shapes)}")
+
+
+def fingerprint(path: str | os.PathLike, split: int | None, routed: bool) -> str:
+    """The content digest of a GGUF (gguf_io.content_sha256) without the defaults every record states for
+    itself (sinks, tail, routed share) and, for an unrouted variant, without the routing statistics it
+    never reads. Records are only resumed for the same content, so a refit that adds routing statistics
+    to the same maps keeps the maps' records."""
+    from ..gguf_io import content_sha256
+    from ..pack import KEY, ROUTE_MEAN, ROUTE_WHITEN
+
+    stats = set() if routed else {ROUTE_MEAN.format(split), ROUTE_WHITEN.format(split)}
+    defaults = [KEY.format(k) for k in ("sink_rows", "tail_rows", "route_fraction")]  # every record states its own
+    return content_sha256(path, defaults, stats.__contains__)
