@@ -181,9 +181,11 @@ def report_title(title: str | None, work: Path, base: Path) -> str:
     must not retitle a committed report), else one from the base's name."""
     if title:
         return title
-    previous = work / "frontier.json"
-    stored = json.loads(previous.read_text()).get("title") if previous.is_file() else None
-    return stored or f"{base.name}: quality vs speed by split"
+    try:  # the report about to be rewritten; one that cannot be read has no title to keep
+        stored = json.loads((work / "frontier.json").read_text()).get("title")
+    except (OSError, ValueError, AttributeError):
+        stored = None
+    return stored if isinstance(stored, str) and stored else f"{base.name}: quality vs speed by split"
 
 
 def report_commands(args, base: Path, work: Path) -> list[str]:
