@@ -76,3 +76,15 @@ def test_integer_list_options_take_ranges(capsys):
     with pytest.raises(SystemExit):
         ap.parse_args(["tune", "b.gguf", "--splits", "15-x"])
     assert "'x' is not a valid int" in capsys.readouterr().err
+
+
+def test_fit_lambda_must_be_a_positive_finite_number(capsys):
+    from ridgefill import cli
+
+    ap = cli.build_parser()
+    assert ap.parse_args(["fit", "b.gguf", "--split", "3", "--lambda", "1e-2"]).lam == 0.01
+    assert ap.parse_args(["fit", "b.gguf", "--split", "3"]).lam is None
+    for bad, says in (("0", "need a finite number > 0"), ("nan", "need a finite number > 0"), ("x", "expected a number")):
+        with pytest.raises(SystemExit):
+            ap.parse_args(["fit", "b.gguf", "--lambda", bad])
+        assert says in capsys.readouterr().err

@@ -167,3 +167,29 @@ def test_best_blend_is_the_minimum_of_the_held_out_parabola():
     errs = [ridge.heldout_sse(np.eye(D) + a * (w - np.eye(D)), a * b, st.heldout, 0) for a in grid]
     assert sse == pytest.approx(min(errs), rel=1e-6)
     assert alpha == pytest.approx(grid[int(np.argmin(errs))], abs=1e-3)
+
+
+def test_a_fixed_lambda_is_used_for_every_layer_and_matches_numpy():
+    rng = np.random.default_rng(6)
+    st, _, _ = _stats(rng)
+    maps = ridge.fit(st, grid=(3.0,), refit_all=False, blend=False)
+    assert [f.lam_rel for f in maps.fits] == [3.0, 3.0]
+    tr = st.train
+    mu_x = tr.sum_x / tr.n
+    cxx = tr.xtx / tr.n - np.outer(mu_x, mu_x)
+    lam = 3.0 * np.trace(cxx) / D
+    mu_y = tr.sum_y[0] / tr.n
+    cxy = tr.xty[0] / tr.n - np.outer(mu_x, mu_y)
+    w_ref = np.linalg.solve(cxx + lam * np.eye(D), cxy).T
+    np.testing.assert_allclose(maps.weights[0], w_ref, rtol=1e-4, atol=1e-5)
+    default = ridge.fit(st, refit_all=False, blend=False)
+    assert default.fits[0].r2_ridge > maps.fits[0].r2_ridge  # λ = 3 scales over-shrink a well-posed map
+
+
+@pytest.mark.parametrize("grid", [(), (0.0,), (-1.0,), (float("nan"),), (1e-3, float("inf"))])
+def test_a_bad_lambda_grid_is_refused(grid):
+    from ridgefill.errors import InputError
+
+    st, _, _ = _stats(np.random.default_rng(7), n_train=300, n_ho=90)
+    with pytest.raises(InputError, match="λ grid"):
+        ridge.fit(st, grid=grid)

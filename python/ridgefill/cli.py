@@ -70,7 +70,7 @@ def _cmd_fit(args) -> int:
         if args.stats_out:
             stats.save(args.stats_out)
     maps = pipeline.fit_and_pack(args.base, stats, args.output, args.type, _defaults(args), args.maps_out,
-                                 blend=not args.no_identity_blend)
+                                 blend=not args.no_identity_blend, lam=args.lam)
     for name, prov in (("training", stats.provenance), ("held-out", stats.heldout_provenance)):
         print(f"{name}: {prov.summary()}")
     print(ridge.report(maps))
@@ -157,6 +157,19 @@ def _shard(text: str) -> tuple[int, int]:
     if not 0 <= i < n:
         raise argparse.ArgumentTypeError(f"shard {text}: need 0 <= I < N")
     return i, n
+
+
+def _positive_float(text: str) -> float:
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text}: need a finite number > 0")
+    return value
 
 
 def _add_pack_args(p):
@@ -309,6 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     fp.add_argument("--maps-out", help="also save the maps (.npz) for `ridgefill convert`")
     fp.add_argument("--no-identity-blend", action="store_true",
                     help="keep the plain ridge maps (α = 1) instead of blending toward the identity on held-out rows")
+    fp.add_argument("--lambda", dest="lam", type=_positive_float, metavar="REL",
+                    help="fix λ/scale for every layer (scale = tr(Cxx)/d) instead of choosing it per layer on "
+                         "held-out rows from 1e-6..10")
     _add_pack_args(fp)
     fp.add_argument("-o", "--output", help="augmented GGUF to write")
     fp.set_defaults(func=_cmd_fit)

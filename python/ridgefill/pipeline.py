@@ -73,8 +73,9 @@ def load_stats(paths: list[str]) -> CalibrationStats:
 
 
 def fit_and_pack(base, stats: CalibrationStats, out, map_type: str = "f16",
-                 defaults: pack.Defaults = pack.Defaults(), maps_out=None, blend: bool = True) -> ridge.Maps:
-    maps = ridge.fit(stats, blend=blend)
+                 defaults: pack.Defaults = pack.Defaults(), maps_out=None, blend: bool = True, lam: float | None = None) -> ridge.Maps:
+    """Fit, save and pack. `lam` fixes λ/scale for every layer instead of choosing it on held-out rows."""
+    maps = ridge.fit(stats, blend=blend, grid=ridge.DEFAULT_GRID if lam is None else (lam,))
     if maps_out:
         ridge.save_maps(maps_out, maps, stats.identity, stats.provenance)
     if out:

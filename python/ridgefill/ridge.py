@@ -127,6 +127,8 @@ def best_blend(w: np.ndarray, b: np.ndarray, ho: Moments, j: int) -> tuple[float
 
 def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blend: bool = True) -> Maps:
     stats.check_finite()
+    if len(grid) == 0 or not all(np.isfinite(g) and g > 0 for g in grid):
+        raise InputError(f"the λ grid must be finite numbers > 0, not {list(grid)}")
     tr, ho = stats.train, stats.heldout
     if ho.n < 2:
         raise InputError("held-out statistics are empty: λ cannot be chosen")
