@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Ridge from other fits against one store's exact and identity, on the items all of them measured.
+"""Ridge from other fits (or other variants) against one store's exact and identity, on the items all of them measured.
 
-    bench/compare_stores.py BASE_STORE OTHER_STORE [OTHER_STORE ...]
+    bench/compare_stores.py [--split S] BASE_STORE OTHER[:VARIANT] [OTHER[:VARIANT] ...]
 
-BASE_STORE holds exact, identity and ridge records (`ridgefill eval needle --out`); each OTHER_STORE
-holds ridge records of another fit on a copy of BASE_STORE's items. Prints each fit's mean needle
-score and ridge − identity, ridge − exact and ridge − (base ridge) with 95 % paired-bootstrap
+BASE_STORE holds exact, identity and ridge records (`ridgefill eval needle --out`); each OTHER is a
+store with records of VARIANT (default ridge) on a copy of BASE_STORE's items. --split keeps the
+records of one split (a frontier store holds several). Prints each one's mean needle score and
+its difference to identity, exact and the base store's ridge, with 95 % paired-bootstrap
 intervals (10^4 replicates, seed 0), as bench/results/fit-fix-s20.md reports them.
 """
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -18,9 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from ridgefill.evals import stats  # noqa: E402
 
 
-def scores(store: str, variant: str) -> dict[str, tuple[float, str]]:
+def scores(store: str, variant: str, split: int | None) -> dict[str, tuple[float, str]]:
     recs = (json.loads(line) for line in open(Path(store) / "results.jsonl"))
-    return {r["item"]: (r["score"], r["cluster"]) for r in recs if r["variant"] == variant}
+    keep = lambda r: (r["task"] == "needle" and r["variant"] == variant  # noqa: E731
+                      and (split is None or r["split"] == split or r["mode"] == "exact"))
+    return {r["item"]: (r["score"], r["cluster"]) for r in recs if keep(r)}
 
 
 def diff(a: dict, b: dict, common: list[str]) -> str:
@@ -28,16 +32,22 @@ def diff(a: dict, b: dict, common: list[str]) -> str:
     return f"{iv.mean:+.1f} [{iv.lo:+.1f}, {iv.hi:+.1f}]"
 
 
-def main(base: str, others: list[str]) -> None:
-    exact, identity, ridge0 = (scores(base, v) for v in ("exact", "identity", "ridge"))
-    for store in [base, *others]:
-        ridge = scores(store, "ridge")
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--split", type=int)
+    ap.add_argument("base")
+    ap.add_argument("others", nargs="*")
+    args = ap.parse_args()
+    exact, identity, ridge0 = (scores(args.base, v, args.split) for v in ("exact", "identity", "ridge"))
+    for other in [args.base, *args.others]:
+        store, _, variant = other.partition(":")
+        ridge = scores(store, variant or "ridge", args.split)
         common = sorted(set(exact) & set(identity) & set(ridge0) & set(ridge))
         mean = lambda d: sum(d[i][0] for i in common) / len(common)  # noqa: E731
-        print(f"{store}: n={len(common)} exact {mean(exact):.1f} identity {mean(identity):.1f} ridge {mean(ridge):.1f}"
-              f" | ridge-identity {diff(ridge, identity, common)} | ridge-exact {diff(ridge, exact, common)}"
-              f" | ridge-base ridge {diff(ridge, ridge0, common)}")
+        print(f"{other}: n={len(common)} exact {mean(exact):.1f} identity {mean(identity):.1f} {variant or 'ridge'} {mean(ridge):.1f}"
+              f" | -identity {diff(ridge, identity, common)} | -exact {diff(ridge, exact, common)}"
+              f" | -base ridge {diff(ridge, ridge0, common)}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    main()
