@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Ridge from other fits (or other variants) against one store's exact and identity, on the items all of them measured.
 
-    bench/compare_stores.py [--split S] BASE_STORE OTHER[:VARIANT] [OTHER[:VARIANT] ...]
+    bench/compare_stores.py [--split S] [--ref STORE:VARIANT] BASE_STORE OTHER[:VARIANT] [OTHER[:VARIANT] ...]
 
 BASE_STORE holds exact, identity and ridge records (`ridgefill eval needle --out`); each OTHER is a
 store with records of VARIANT (default ridge) on a copy of BASE_STORE's items. --split keeps the
-records of one split (a frontier store holds several). Prints each one's mean needle score and
+records of one split (a frontier store holds several); --ref replaces the base store's ridge as the
+last column's reference. Prints each one's mean needle score and
 its difference to identity, exact and the base store's ridge, with 95 % paired-bootstrap
 intervals (10^4 replicates, seed 0), as bench/results/fit-fix-s20.md reports them.
 """
@@ -35,10 +36,15 @@ def diff(a: dict, b: dict, common: list[str]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", type=int)
+    ap.add_argument("--ref", help="STORE:VARIANT to compare with instead of the base store's ridge")
     ap.add_argument("base")
     ap.add_argument("others", nargs="*")
     args = ap.parse_args()
     exact, identity, ridge0 = (scores(args.base, v, args.split) for v in ("exact", "identity", "ridge"))
+    ref = "base ridge"
+    if args.ref:
+        store, _, variant = args.ref.partition(":")
+        ridge0, ref = scores(store, variant or "ridge", args.split), args.ref
     for other in [args.base, *args.others]:
         store, _, variant = other.partition(":")
         ridge = scores(store, variant or "ridge", args.split)
@@ -46,7 +52,7 @@ def main() -> None:
         mean = lambda d: sum(d[i][0] for i in common) / len(common)  # noqa: E731
         print(f"{other}: n={len(common)} exact {mean(exact):.1f} identity {mean(identity):.1f} {variant or 'ridge'} {mean(ridge):.1f}"
               f" | -identity {diff(ridge, identity, common)} | -exact {diff(ridge, exact, common)}"
-              f" | -base ridge {diff(ridge, ridge0, common)}")
+              f" | -{ref} {diff(ridge, ridge0, common)}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ the layers between the split and l move between rows (a previous-token head writ
 row t) is out of its reach. This experiment fits, from the rows `ridgefill fit` sees, per late
 layer ridge maps from x_t ("row") and from inputs that add the previous row (features()), prints
 their held-out R², and runs the eval's needle items with variants that overwrite the filled rows' K/V in every late
-layer, after a ridge head, with K/V computed in Python (common.AttnKV; within 1-2 % of the fork's,
+layer, after a fill head (ridge by default), with K/V computed in Python (common.AttnKV; within 1-2 % of the fork's,
 which quantizes activations for its Q4_1 matmuls) from
   - pykv-exact  the exact layer inputs (the control: should score as exact does),
   - pykv-row    the per-row maps' predictions (should score as the fork's ridge does),
@@ -14,7 +14,7 @@ which quantizes activations for its Q4_1 matmuls) from
 The tail and the answer run the full model in the fork. Items are the eval's, so the scores
 pair with the frontier's exact / identity / ridge records of the same items.
 
-Usage: .venv/bin/python bench/lagged/needles.py --model AUG.gguf --split 16 --out DIR [--modes ...]
+Usage: .venv/bin/python bench/lagged/needles.py --model AUG.gguf --split 16 --out DIR [--modes ...] [--task loss]
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ def features(kind: str, x: np.ndarray, x_prev: np.ndarray, split_kv) -> np.ndarr
     return np.hstack([x, split_kv.values(x_prev)])
 
 
-def fit_maps(model, split, tokens, threads, work: Path, kinds, split_kv) -> dict[str, dict[int, tuple]]:
+def fit_maps(model, split, tokens, threads, work: Path, kinds, split_kv, force=False) -> dict[str, dict[int, tuple]]:
     """{kind: {layer: (W, b)}}, each kind's maps saved in work/s{split}-{kind}.npz. When one is missing,
     every kind is refitted from one capture (so their held-out R² print side by side)."""
     paths = {k: work / f"s{split}-{k}.npz" for k in kinds}
     todo = list(kinds)
-    if not all(p.exists() for p in paths.values()):
+    if force or not all(p.exists() for p in paths.values()):
         cfg = CaptureConfig(split=split, tokens=tokens, threads=threads)
         layers = list(range(split, model.n_layer))
         (tr, tr_prev), (ho, ho_prev) = calibration_rows(model, cfg, layers)
@@ -110,12 +110,19 @@ class Overwrite:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True, help="augmented GGUF (its ridge head runs before the overwrite)")
+    ap.add_argument("--model", required=True, help="GGUF (augmented for a ridge head, see --head)")
     ap.add_argument("--split", type=int, required=True)
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", required=True)
     ap.add_argument("--modes", nargs="+", default=["pykv-exact", "pykv-row", "pykv-lag", "pykv-lagv"])
+    ap.add_argument("--fit-only", action="store_true", help="(re)fit the maps and print their held-out R², run no eval")
+    ap.add_argument("--head", choices=("ridge", "identity"), default="ridge",
+                    help="fill mode of the head the variants overwrite (every late layer's filled K/V is "
+                         "overwritten, so either gives the same cache; identity needs no maps in --model)")
+    ap.add_argument("--task", choices=("needle", "loss"), default="needle",
+                    help="the eval to run: needles, or the distant-token loss (then give exact in --modes too)")
+    ap.add_argument("--docs", default="24", help="documents of the loss eval")
     ap.add_argument("--lengths", default="4096")
     ap.add_argument("--items", default="6")
     ap.add_argument("--needle-tasks", nargs="+", default=["single/noise/number", "single/prose/number",
@@ -123,15 +130,18 @@ def main() -> None:
     args = ap.parse_args()
     model = Model(args.model)
     kv = attn_kv(args.model, range(args.split, model.n_layer))
-    kinds = [m.removeprefix("pykv-") for m in args.modes if m != "pykv-exact"]
-    maps = fit_maps(model, args.split, args.tokens, args.threads, Path(args.out) / "fit", kinds, kv[args.split])
+    kinds = [m.removeprefix("pykv-") for m in args.modes if m.startswith("pykv-") and m != "pykv-exact"]
+    maps = fit_maps(model, args.split, args.tokens, args.threads, Path(args.out) / "fit", kinds, kv[args.split],
+                    force=args.fit_only)
+    if args.fit_only:
+        return
     for source in ("exact", *kinds):
-        register(Variant(f"pykv-{source}", "ridge", hook=Overwrite(source, maps, kv, args.split, args.threads)))
+        register(Variant(f"pykv-{source}", args.head, hook=Overwrite(source, maps, kv, args.split, args.threads)))
     del model
-    sys.exit(cli.main(["eval", "needle", "--model", args.model, "--split", str(args.split), "--sinks", "4",
-                       "--tail", "1024", "--lengths", args.lengths, "--needle-tasks", *args.needle_tasks,
-                       "--items", args.items, "--modes", *args.modes, "--threads", str(args.threads),
-                       "--out", str(Path(args.out) / "needles")]))
+    what = ["--needle-tasks", *args.needle_tasks, "--items", args.items] if args.task == "needle" else ["--docs", args.docs]
+    sys.exit(cli.main(["eval", args.task, "--model", args.model, "--split", str(args.split), "--sinks", "4",
+                       "--tail", "1024", "--lengths", args.lengths, *what, "--modes", *args.modes,
+                       "--threads", str(args.threads), "--out", str(Path(args.out) / ("needles" if args.task == "needle" else "loss"))]))
 
 
 if __name__ == "__main__":
