@@ -50,24 +50,23 @@ def fit_maps(model, split, tokens, threads, work: Path, kinds, split_kv, force=F
     """{kind: {layer: (W, b)}}, each kind's maps saved in work/s{split}-{kind}.npz. When one is missing,
     every kind is refitted from one capture (so their held-out R² print side by side)."""
     paths = {k: work / f"s{split}-{k}.npz" for k in kinds}
-    todo = list(kinds)
     if force or not all(p.exists() for p in paths.values()):
         cfg = CaptureConfig(split=split, tokens=tokens, threads=threads)
         layers = list(range(split, model.n_layer))
         (tr, tr_prev), (ho, ho_prev) = calibration_rows(model, cfg, layers)
-        print(f"{len(tr[split])} training rows, {len(ho[split])} held-out rows\nlayer  " + "  ".join(f"R² {k}" for k in todo))
+        print(f"{len(tr[split])} training rows, {len(ho[split])} held-out rows\nlayer  " + "  ".join(f"R² {k}" for k in kinds))
         xs = {k: (features(k, tr[split], tr_prev[split], split_kv), features(k, ho[split], ho_prev[split], split_kv))
-              for k in todo}
-        arrays = {k: {} for k in todo}
+              for k in kinds}
+        arrays = {k: {} for k in kinds}
         for il in layers[1:]:
             r2 = []
-            for k in todo:
+            for k in kinds:
                 w, b, r = ridge(xs[k][0], tr[il], xs[k][1], ho[il])
                 arrays[k].update({f"w_{il}": w, f"b_{il}": b})
                 r2.append(f"{r:6.4f}")
             print(f"{il:5d}  " + "  ".join(r2), flush=True)
         work.mkdir(parents=True, exist_ok=True)
-        for k in todo:
+        for k in kinds:
             np.savez(paths[k], **arrays[k])
     maps = {}
     for k in kinds:
