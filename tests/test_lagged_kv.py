@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "lagged"))
 
-from common import attn_kv, prefix_rows, rope_norm  # noqa: E402
+from lagged import attn_kv, prefix_rows, rope_norm  # noqa: E402
 
 
 def test_rope_norm_rotates_adjacent_pairs_by_position():

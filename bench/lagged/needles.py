@@ -5,7 +5,7 @@ the layers between the split and l move between rows (a previous-token head writ
 row t) is out of its reach. This experiment fits, from the rows `ridgefill fit` sees, per late
 layer ridge maps from x_t ("row") and from inputs that add the previous row (features()), prints
 their held-out R², and runs the eval's needle items with variants that overwrite the filled rows' K/V in every late
-layer, after a fill head (ridge by default), with K/V computed in Python (common.AttnKV; within 1-2 % of the fork's,
+layer, after a fill head (ridge by default), with K/V computed in Python (lagged.AttnKV; within 1-2 % of the fork's,
 which quantizes activations for its Q4_1 matmuls) from
   - pykv-exact  the exact layer inputs (the control: should score as exact does),
   - pykv-row    the per-row maps' predictions (should score as the fork's ridge does),
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import attn_kv, calibration_rows, prefix_rows, ridge  # noqa: E402
+from lagged import attn_kv, calibration_rows, prefix_rows, ridge  # noqa: E402
 
 from ridgefill import cli  # noqa: E402
 from ridgefill.calibrate import CaptureConfig  # noqa: E402
