@@ -78,6 +78,19 @@ def test_integer_list_options_take_ranges(capsys):
     assert "'x' is not a valid int" in capsys.readouterr().err
 
 
+def test_fit_lag_gain_is_a_share(capsys):
+    from ridgefill import cli
+
+    ap = cli.build_parser()
+    assert ap.parse_args(["fit", "b.gguf", "--lag-gain", "0"]).lag_gain == 0.0
+    assert ap.parse_args(["fit", "b.gguf"]).lag_gain is None and not ap.parse_args(["fit", "b.gguf"]).no_lag
+    assert ap.parse_args(["fit", "b.gguf", "--no-lag"]).no_lag
+    for bad in ("1", "-0.1", "inf", "x"):
+        with pytest.raises(SystemExit):
+            ap.parse_args(["fit", "b.gguf", "--lag-gain", bad])
+        assert "--lag-gain" in capsys.readouterr().err
+
+
 def test_fit_lambda_must_be_a_positive_finite_number(capsys):
     from ridgefill import cli
 

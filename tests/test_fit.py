@@ -168,7 +168,7 @@ def _synthetic_capture(stats, docs, cfg):
     def process(w, moms):
         (_, mom), = moms
         x = table[w[cfg.sinks:] % 300]
-        mom.update(x, [x @ a for a in maps])
+        mom.update(np.hstack([x, table[w[cfg.sinks - 1:-1] % 300]]), [x @ a for a in maps])
 
     tokenize = lambda text: np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int32)  # noqa: E731
     return accumulate([stats], docs, cfg, tokenize, bos=None, backend="synthetic", process=process)[0]
@@ -221,11 +221,12 @@ def test_one_capture_feeds_every_split():
 
     rng = np.random.default_rng(0)
     acts = {il: rng.normal(size=(40, 8)) for il in range(2, 6)}
-    both = [(2, Moments(8, 3)), (3, Moments(8, 2))]
-    update_all(acts.__getitem__, both)
+    prev = {il: rng.normal(size=(40, 8)) for il in range(2, 6)}
+    both = [(2, Moments(16, 3, 8)), (3, Moments(16, 2, 8))]
+    update_all(acts.__getitem__, prev.__getitem__, both)
     for split, mom in both:
-        alone = Moments(8, 5 - split)
-        alone.update(acts[split], [acts[il] for il in range(split + 1, 6)])
+        alone = Moments(16, 5 - split, 8)
+        alone.update(np.hstack([acts[split], prev[split]]), [acts[il] for il in range(split + 1, 6)])
         for k in ("sum_x", "sum_y", "xtx", "xty", "yy"):
             np.testing.assert_array_equal(getattr(mom, k), getattr(alone, k))
 

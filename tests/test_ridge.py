@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from ridgefill import ridge
+from ridgefill.calibrate import previous_rows
 from ridgefill.stats import CalibrationStats, ModelIdentity, Moments, Provenance, StatsError
 
 D = 12
@@ -17,6 +18,11 @@ def _x(rng, n):
     return (rng.normal(size=(n, D)) * np.linspace(0.2, 3.0, D) + 1.5).astype(np.float32)
 
 
+def _lagged(x):
+    """The statistics' input for rows x of one window: [x_t, x_{t-1}] (calibrate.previous_rows)."""
+    return np.concatenate([x, previous_rows(x, 0)], axis=1)
+
+
 def _stats(rng, n_train=3000, n_ho=1000):
     """Layer 4: y = W x + b + noise (W not symmetric); layer 5: y = x exactly."""
     st = CalibrationStats(_identity(), split=3, provenance=Provenance(sinks=4))
@@ -26,7 +32,7 @@ def _stats(rng, n_train=3000, n_ho=1000):
         for _ in range(3):  # streamed in batches
             x = _x(rng, n // 3)
             y4 = x @ w_true.T + b_true + 0.05 * rng.normal(size=x.shape)
-            mom.update(x, [y4.astype(np.float32), x.copy()])
+            mom.update(_lagged(x), [y4.astype(np.float32), x.copy()])
     return st, [w_true, np.eye(D)], [b_true, np.zeros(D)]
 
 
@@ -85,7 +91,7 @@ def test_closed_form_equals_explicit_ridge():
     mu_x = tr.sum_x / tr.n
     cxx = tr.xtx / tr.n - np.outer(mu_x, mu_x)
     cxy = tr.xty[0] / tr.n - np.outer(mu_x, mu_y)
-    w_ref = np.linalg.solve(cxx + lam * np.eye(D), cxy).T
+    w_ref = np.linalg.solve(cxx + lam * np.eye(2 * D), cxy).T
     np.testing.assert_allclose(w, w_ref, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(b, mu_y - w_ref @ mu_x, rtol=1e-8, atol=1e-10)
 
@@ -115,8 +121,8 @@ def test_nonfinite_statistics_name_the_layer():
     st = CalibrationStats(_identity(), 3)
     x = np.ones((4, D), np.float32)
     y_bad = np.full((4, D), np.nan, np.float32)
-    st.train.update(x, [x, y_bad])
-    st.heldout.update(x, [x, x])
+    st.train.update(_lagged(x), [x, y_bad])
+    st.heldout.update(_lagged(x), [x, x])
     with pytest.raises(StatsError, match="layer\\(s\\) 5"):
         ridge.fit(st)
 
@@ -143,9 +149,9 @@ def test_blend_falls_back_to_identity_where_held_out_rows_say_so():
     st = CalibrationStats(_identity(), split=3, provenance=Provenance(sinks=4))
     for _ in range(2):
         x = _x(rng, 2000)
-        st.train.update(x, [(2.0 * x).astype(np.float32), (2.0 * x).astype(np.float32)])
+        st.train.update(_lagged(x), [(2.0 * x).astype(np.float32), (2.0 * x).astype(np.float32)])
     x = _x(rng, 800)
-    st.heldout.update(x, [x.copy(), (2.0 * x).astype(np.float32)])
+    st.heldout.update(_lagged(x), [x.copy(), (2.0 * x).astype(np.float32)])
     maps = ridge.fit(st, refit_all=False)
     back, keep = maps.fits
     assert back.blend == 0.0 and keep.blend == 1.0
@@ -162,9 +168,10 @@ def test_best_blend_is_the_minimum_of_the_held_out_parabola():
     st, _, _ = _stats(rng)
     w = rng.normal(size=(D, D)) / np.sqrt(D)
     b = rng.normal(size=D)
-    alpha, sse = ridge.best_blend(w, b, st.heldout, 0)
+    ho = st.heldout.head(D)
+    alpha, sse = ridge.best_blend(w, b, ho, 0)
     grid = np.linspace(0, 1, 2001)
-    errs = [ridge.heldout_sse(np.eye(D) + a * (w - np.eye(D)), a * b, st.heldout, 0) for a in grid]
+    errs = [ridge.heldout_sse(np.eye(D) + a * (w - np.eye(D)), a * b, ho, 0) for a in grid]
     assert sse == pytest.approx(min(errs), rel=1e-6)
     assert alpha == pytest.approx(grid[int(np.argmin(errs))], abs=1e-3)
 
@@ -174,7 +181,7 @@ def test_a_fixed_lambda_is_used_for_every_layer_and_matches_numpy():
     st, _, _ = _stats(rng)
     maps = ridge.fit(st, grid=(3.0,), refit_all=False, blend=False)
     assert [f.lam_rel for f in maps.fits] == [3.0, 3.0]
-    tr = st.train
+    tr = st.train.head(D)  # the per-row map reads the statistics' first D columns
     mu_x = tr.sum_x / tr.n
     cxx = tr.xtx / tr.n - np.outer(mu_x, mu_x)
     lam = 3.0 * np.trace(cxx) / D
@@ -193,3 +200,85 @@ def test_a_bad_lambda_grid_is_refused(grid):
     st, _, _ = _stats(np.random.default_rng(7), n_train=300, n_ho=90)
     with pytest.raises(InputError, match="λ grid"):
         ridge.fit(st, grid=grid)
+
+
+def _sequence_stats(rng, n_train=4000, n_ho=1500, lag_weight=0.8):
+    """Rows of windows where layer 4 reads the previous row too, y4 = A x_t + lag_weight B x_{t-1} + b
+    (a previous-token head), and layer 5 is y = x."""
+    st = CalibrationStats(_identity(), split=3, provenance=Provenance(sinks=4))
+    a, bm = rng.normal(size=(D, D)) / np.sqrt(D), rng.normal(size=(D, D)) / np.sqrt(D)
+    bias = rng.normal(size=D)
+    for mom, n in ((st.train, n_train), (st.heldout, n_ho)):
+        for _ in range(4):  # windows
+            x = _x(rng, n // 4)
+            y4 = x @ a.T + lag_weight * previous_rows(x, 0) @ bm.T + bias + 0.02 * rng.normal(size=x.shape)
+            mom.update(_lagged(x), [y4.astype(np.float32), x.copy()])
+    return st, a, lag_weight * bm, bias
+
+
+def test_a_lagged_map_is_kept_where_the_previous_row_matters():
+    st, a, bm, bias = _sequence_stats(np.random.default_rng(8))
+    maps = ridge.fit(st)
+    lagged, plain = maps.fits
+    assert lagged.lag and not plain.lag
+    assert lagged.r2_lag > 0.99 > lagged.r2_row and lagged.r2_ridge == lagged.r2_lag
+    assert np.abs(maps.weights[0] - a).max() < 0.05 and np.abs(maps.prev(0) - bm).max() < 0.05
+    assert maps.prev(1) is None and maps.weights_prev.shape == maps.weights.shape
+    # no previous row in the fit: the per-row map, whatever the statistics carry
+    none = ridge.fit(st, lag_gain=None)
+    assert none.weights_prev is None and not any(f.lag for f in none.fits)
+    assert none.fits[0].r2_ridge == pytest.approx(lagged.r2_row)
+
+
+def test_a_lagged_map_equals_explicit_ridge_on_both_rows():
+    """W = [W_row, W_prev] = solve(Cxx + λI, Cxy)ᵀ over x = [x_t, x_{t-1}] (train + held-out rows)."""
+    st, _, _, _ = _sequence_stats(np.random.default_rng(9), lag_weight=0.3)
+    maps = ridge.fit(st, grid=(1e-2,), blend=False, lag_gain=0.0)
+    assert maps.fits[0].lag
+    tot = Moments(2 * D, 2, D)
+    tot += st.train
+    tot += st.heldout
+    mu_x, mu_y = tot.sum_x / tot.n, tot.sum_y[0] / tot.n
+    cxx = tot.xtx / tot.n - np.outer(mu_x, mu_x)
+    cxy = tot.xty[0] / tot.n - np.outer(mu_x, mu_y)
+    w_ref = np.linalg.solve(cxx + 1e-2 * np.trace(cxx) / (2 * D) * np.eye(2 * D), cxy).T
+    np.testing.assert_allclose(maps.weights[0], w_ref[:, :D], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(maps.prev(0), w_ref[:, D:], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(maps.biases[0], mu_y - w_ref @ mu_x, rtol=1e-4, atol=1e-4)
+
+
+def test_a_small_gain_keeps_the_per_row_map():
+    """The previous row helps layer 4 a little (held-out error −3 %): the default keeps the per-row map,
+    lag_gain 0 takes the lagged one."""
+    st, _, _, _ = _sequence_stats(np.random.default_rng(10), lag_weight=0.002)
+    default, eager = ridge.fit(st), ridge.fit(st, lag_gain=0.0)
+    assert not default.fits[0].lag and eager.fits[0].lag
+    assert 1 - default.fits[0].r2_row > 1 - eager.fits[0].r2_lag > (1 - ridge.DEFAULT_LAG_GAIN) * (1 - default.fits[0].r2_row)
+
+
+@pytest.mark.parametrize("gain", [-0.1, 1.0, float("nan")])
+def test_a_bad_lag_gain_is_refused(gain):
+    from ridgefill.errors import InputError
+
+    st, _, _ = _stats(np.random.default_rng(7), n_train=300, n_ho=90)
+    with pytest.raises(InputError, match="lag gain"):
+        ridge.fit(st, lag_gain=gain)
+
+
+def test_previous_rows_shift_one_row_and_carry_the_chunk_before():
+    h = np.arange(12.0).reshape(4, 3)
+    np.testing.assert_array_equal(previous_rows(h, 0), h[[0, 0, 1, 2]])  # the window's first row stands for itself
+    np.testing.assert_array_equal(previous_rows(h, 2), h[[1, 2]])
+    before = np.full(3, -1.0)
+    np.testing.assert_array_equal(previous_rows(h, 0, before), np.vstack([before, h[:3]]))
+
+
+def test_statistics_of_another_shape_are_refused(tmp_path):
+    st, _, _ = _stats(np.random.default_rng(11), n_train=300, n_ho=90)
+    p = st.save(tmp_path / "a.npz")
+    other = CalibrationStats(ModelIdentity("llama", 6, D + 1, "0" * 64), 3)
+    other.train, other.heldout = st.train, st.heldout
+    q = other.save(tmp_path / "b.npz")
+    assert CalibrationStats.load(p).train.n == st.train.n
+    with pytest.raises(StatsError, match="train_sum_x has shape"):
+        CalibrationStats.load(q)

@@ -69,11 +69,11 @@ def test_fit_stores_routing_statistics_of_the_training_rows():
     for part, n in ((stats.train, 300), (stats.heldout, 100)):
         x = rng.normal(size=(n, d))
         ys = [x @ rng.normal(size=(d, d)) for _ in stats.layers]
-        part.update(x, ys)
+        part.update(np.hstack([x, rng.normal(size=(n, d))]), ys)  # x = [h_s(t), h_s(t-1)]
     maps = ridge.fit(stats)
     both = stats.train.n + stats.heldout.n
     assert maps.route is not None and maps.route.mean.shape == (d,)
-    np.testing.assert_allclose(maps.route.mean, (stats.train.sum_x + stats.heldout.sum_x) / both, rtol=1e-5)
+    np.testing.assert_allclose(maps.route.mean, (stats.train.sum_x + stats.heldout.sum_x)[:d] / both, rtol=1e-5)
 
 
 # ---- the fork (SmolLM2) ------------------------------------------------------------------

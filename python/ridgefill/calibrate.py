@@ -79,10 +79,21 @@ def assign(docs: list[Document], cfg: CaptureConfig) -> tuple[list[Document], li
 WindowFn = Callable[[np.ndarray, list[tuple[int, Moments]]], None]
 
 
-def update_all(layer_input: Callable[[int], np.ndarray], moms: list[tuple[int, Moments]]) -> None:
-    """Update each split's moments from one window's layer inputs (rows already past the sinks)."""
+def update_all(layer_input: Callable[[int], np.ndarray], previous: Callable[[int], np.ndarray],
+               moms: list[tuple[int, Moments]]) -> None:
+    """Update each split's moments from one window's layer inputs (rows already past the sinks);
+    previous(split) holds the split layer's input of each row's predecessor (previous_rows)."""
     for split, mom in moms:
-        mom.update(layer_input(split), [layer_input(il) for il in range(split + 1, split + 1 + mom.m)])
+        x = np.concatenate([layer_input(split), previous(split)], axis=1)
+        mom.update(x, [layer_input(il) for il in range(split + 1, split + 1 + mom.m)])
+
+
+def previous_rows(h: np.ndarray, start: int, before: np.ndarray | None = None) -> np.ndarray:
+    """The predecessors of rows h[start:]: h shifted down by one row, `before` (the row before h[0],
+    from an earlier chunk of the same window) in front. The window's first row has none and stands for
+    itself, as in the fork's fill graph."""
+    first = h[:1] if before is None else before[None, :]
+    return np.concatenate([first, h[:-1]])[start:]
 
 
 def accumulate(stats: list[CalibrationStats], docs: list[Document], cfg: CaptureConfig,
@@ -136,17 +147,27 @@ def capture_llama(model_path, docs: list[Document], cfg: CaptureConfig, identity
 
     def process(w: np.ndarray, moms: list[tuple[int, Moments]]) -> None:
         ctx.clear()
-        ctx.prefill(w, on_chunk=lambda c, start, n: _accumulate(c, start, n, cfg.sinks, moms))
+        last: dict[int, np.ndarray] = {}  # split -> its input at the previous chunk's last row
+        ctx.prefill(w, on_chunk=lambda c, start, n: _accumulate(c, start, n, cfg.sinks, moms, last))
 
     bos = model.bos if model.add_bos else None
     stats = [CalibrationStats(identity, s) for s in splits]
     return [check_rows(st, cfg) for st in accumulate(stats, docs, cfg, model.tokenize, bos, "llama", process, progress)]
 
 
-def _accumulate(ctx, start: int, n: int, sinks: int, moms: list[tuple[int, Moments]]) -> None:
-    keep = slice(max(0, sinks - start), n)
-    rows: dict[int, np.ndarray] = {}
-    update_all(lambda il: rows[il] if il in rows else rows.setdefault(il, ctx.layer_input(il)[keep]), moms)
+def _accumulate(ctx, start: int, n: int, sinks: int, moms: list[tuple[int, Moments]], last: dict[int, np.ndarray]) -> None:
+    k = max(0, sinks - start)
+    full: dict[int, np.ndarray] = {}
+
+    def rows(il: int) -> np.ndarray:
+        if il not in full:
+            full[il] = ctx.layer_input(il)
+        return full[il]
+
+    if k < n:
+        update_all(lambda il: rows(il)[k:], lambda s: previous_rows(rows(s), k, last.get(s)), moms)
+    for s, _ in moms:
+        last[s] = rows(s)[-1].copy()
 
 
 def check_rows(stats: CalibrationStats, cfg: CaptureConfig) -> CalibrationStats:

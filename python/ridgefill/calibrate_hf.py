@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from .calibrate import CaptureConfig, accumulate, check_rows, check_split, update_all
+from .calibrate import CaptureConfig, accumulate, check_rows, check_split, previous_rows, update_all
 from .corpus import Document
 from .stats import CalibrationStats, ModelIdentity, Moments
 from .errors import InputError
@@ -63,7 +63,7 @@ def capture_hf(model, tokenize: Callable[[str], np.ndarray], bos: int | None, do
     def process(w: np.ndarray, moms: list[tuple[int, Moments]]) -> None:
         with torch.no_grad():
             model(torch.tensor(w[None, :].astype(np.int64), device=device))
-        update_all(lambda il: grabbed[il].numpy()[cfg.sinks:], moms)
+        update_all(lambda il: grabbed[il].numpy()[cfg.sinks:], lambda s: previous_rows(grabbed[s].numpy(), cfg.sinks), moms)
 
     try:
         stats, = accumulate([CalibrationStats(identity, cfg.split)], docs, cfg, tokenize, bos, "hf", process, progress)

@@ -70,7 +70,9 @@ def _cmd_fit(args) -> int:
         if args.stats_out:
             stats.save(args.stats_out)
     maps = pipeline.fit_and_pack(args.base, stats, args.output, args.type, _defaults(args), args.maps_out,
-                                 blend=not args.no_identity_blend, lam=args.lam)
+                                 blend=not args.no_identity_blend, lam=args.lam,
+                                 **({"lag_gain": None} if args.no_lag else {} if args.lag_gain is None else
+                                    {"lag_gain": args.lag_gain}))
     for name, prov in (("training", stats.provenance), ("held-out", stats.heldout_provenance)):
         print(f"{name}: {prov.summary()}")
     print(ridge.report(maps))
@@ -116,9 +118,10 @@ def _cmd_inspect(args) -> int:
     for k, v in info["metadata"].items():
         if not isinstance(v, list):
             print(f"ridgefill.{k:18s} {v}")
-    print("layer  type  lambda      alpha  R2 ridge  R2 identity  bytes")
+    print("layer  type  input  lambda      alpha  R2 ridge  R2 identity  bytes")
     for row in info["layers"]:
-        print(f"{row['layer']:5d}  {row['type']:4s}  {_num(row['lambda'], '.3e'):>9s}  {_num(row['blend'], '5.2f'):>5s}  "
+        print(f"{row['layer']:5d}  {row['type']:4s}  {'lag' if row['previous_row'] else 'row':>5s}  "
+              f"{_num(row['lambda'], '.3e'):>9s}  {_num(row['blend'], '5.2f'):>5s}  "
               f"{_num(row['r2_ridge'], '8.4f')}  {_num(row['r2_identity'], '11.4f')}  {row['bytes']}")
     print(f"map memory: {info['map_bytes'] / 2**20:.1f} MiB")
     for c in info["checks"]:
@@ -157,6 +160,19 @@ def _shard(text: str) -> tuple[int, int]:
     if not 0 <= i < n:
         raise argparse.ArgumentTypeError(f"shard {text}: need 0 <= I < N")
     return i, n
+
+
+def _share(text: str) -> float:
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+    if not (math.isfinite(value) and 0 <= value < 1):
+        raise argparse.ArgumentTypeError(f"{text}: need a share in [0, 1)")
+    return value
 
 
 def _positive_float(text: str) -> float:
@@ -325,6 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
     fp.add_argument("--lambda", dest="lam", type=_positive_float, metavar="REL",
                     help="fix λ/scale for every layer (scale = tr(Cxx)/d) instead of choosing it per layer on "
                          "held-out rows from 1e-6..10")
+    fp.add_argument("--lag-gain", type=_share, metavar="G",
+                    help="give a layer a lagged map (one that also reads the previous row's split state, one more "
+                         "d x d product per filled row) where it cuts the held-out error by at least this share "
+                         "(default: ridge.DEFAULT_LAG_GAIN; 0: wherever it helps)")
+    fp.add_argument("--no-lag", action="store_true", help="per-row maps only (no layer reads the previous row)")
     _add_pack_args(fp)
     fp.add_argument("-o", "--output", help="augmented GGUF to write")
     fp.set_defaults(func=_cmd_fit)

@@ -14,7 +14,7 @@ from .stats import CalibrationStats, merge_files
 from .errors import InputError
 
 
-RECIPE = 2  # bump when a fit computes something else from the same corpus and settings (2: identity blend)
+RECIPE = 3  # bump when a fit computes something else from the same corpus and settings (2: identity blend, 3: lagged maps)
 
 
 def recipe_key(cfg: CaptureConfig) -> str:
@@ -73,9 +73,11 @@ def load_stats(paths: list[str]) -> CalibrationStats:
 
 
 def fit_and_pack(base, stats: CalibrationStats, out, map_type: str = "f16",
-                 defaults: pack.Defaults = pack.Defaults(), maps_out=None, blend: bool = True, lam: float | None = None) -> ridge.Maps:
-    """Fit, save and pack. `lam` fixes λ/scale for every layer instead of choosing it on held-out rows."""
-    maps = ridge.fit(stats, blend=blend, grid=ridge.DEFAULT_GRID if lam is None else (lam,))
+                 defaults: pack.Defaults = pack.Defaults(), maps_out=None, blend: bool = True, lam: float | None = None,
+                 lag_gain: float | None = ridge.DEFAULT_LAG_GAIN) -> ridge.Maps:
+    """Fit, save and pack. `lam` fixes λ/scale for every layer instead of choosing it on held-out rows;
+    `lag_gain` None fits per-row maps only (ridge.fit)."""
+    maps = ridge.fit(stats, blend=blend, grid=ridge.DEFAULT_GRID if lam is None else (lam,), lag_gain=lag_gain)
     if maps_out:
         ridge.save_maps(maps_out, maps, stats.identity, stats.provenance)
     if out:

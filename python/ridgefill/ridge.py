@@ -7,6 +7,12 @@ W = Cxyᵀ V diag(1/(Λ+λ)) Vᵀ,  b = μy − Wμx.
 closed form in those statistics; λ is scaled by tr(Cxx)/d so one grid fits any model.
 The final maps are refitted on training + held-out statistics with the chosen λ.
 
+A map's input x is the row's split state h_s(t), or [h_s(t), h_s(t-1)] with the previous
+row's (a lagged map): a head between the split layer and layer l that moves the previous
+row's information into row t (a previous-token head) is invisible to a per-row map. Both
+are fitted from the same statistics (the per-row map from their first d columns); a layer
+keeps the lagged map where it cuts the held-out error by at least DEFAULT_LAG_GAIN.
+
 Then each map is blended toward the identity, W_α = I + α(W − I), b_α = α b, with α in
 [0, 1] chosen on the held-out statistics (their squared error is a parabola in α): α = 1
 keeps the ridge map, α = 0 falls back to the identity for a layer where the held-out rows
@@ -30,6 +36,7 @@ from .stats import CalibrationStats, Moments
 from .errors import InputError
 
 DEFAULT_GRID = tuple(10.0 ** e for e in np.arange(-6.0, 1.01, 0.5))
+DEFAULT_LAG_GAIN = 0.1
 
 
 @dataclass
@@ -42,6 +49,9 @@ class LayerFit:
     rel_err_ridge: float  # sqrt(SSE / Σ‖y − μy‖²) on held-out rows
     rel_err_identity: float
     blend: float = 1.0  # α of W = I + α(W_ridge − I); r2_ridge and rel_err_ridge are the blended map's
+    lag: bool = False  # the map also reads the previous row's split state (Maps.weights_prev)
+    r2_row: float | None = None  # held-out R² of the per-row map and of the lagged one, whichever was kept
+    r2_lag: float | None = None
 
 
 @dataclass
@@ -52,6 +62,11 @@ class Maps:
     biases: np.ndarray  # (m, d_out), float32
     fits: list[LayerFit]
     route: RouteStats | None = None  # the split-layer state's routing statistics (None in older files)
+    weights_prev: np.ndarray | None = None  # (m, d_out, d_in) maps of the previous row's split state (zero where not fit.lag)
+
+    def prev(self, j: int) -> np.ndarray | None:
+        """The previous-row map of the j-th late layer, None when it reads its own row only."""
+        return self.weights_prev[j] if self.weights_prev is not None and self.fits[j].lag else None
 
 
 class _Eig:
@@ -113,8 +128,9 @@ def grid_sse(eig: "_Eig", a: np.ndarray, mu_y: np.ndarray, ho: Moments, j: int, 
 
 
 def best_blend(w: np.ndarray, b: np.ndarray, ho: Moments, j: int) -> tuple[float, float]:
-    """(α, held-out SSE) minimising the error of I + α(W − I), α b over α in [0, 1]."""
-    eye = np.eye(len(b))
+    """(α, held-out SSE) minimising the error of E + α(W − E), α b over α in [0, 1], where E = [I, 0]
+    is the identity on the row's own split state (and ignores the previous row's)."""
+    eye = np.eye(*w.shape)
     e0, e1 = heldout_sse(eye, 0 * b, ho, j), heldout_sse(w, b, ho, j)
     eh = heldout_sse((eye + w) / 2, b / 2, ho, j)
     c = 2.0 * (e1 + e0 - 2.0 * eh)  # SSE(α) = e0 + β α + c α², through α = 0, 1/2, 1
@@ -125,54 +141,101 @@ def best_blend(w: np.ndarray, b: np.ndarray, ho: Moments, j: int) -> tuple[float
     return alpha, candidates[alpha]
 
 
-def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blend: bool = True) -> Maps:
+@dataclass
+class _Candidate:
+    """One kind of map (per-row or lagged) for one layer: λ chosen, blended, refitted."""
+
+    lam_rel: float
+    lam: float
+    alpha: float
+    sse: float  # held-out, of the blended map fitted on training statistics
+    w: np.ndarray  # (d, d_in) final map
+    b: np.ndarray
+
+
+class _Kind:
+    """A map input (the first d_in columns of the statistics' x) with its eigendecompositions."""
+
+    def __init__(self, tr: Moments, ho: Moments, final: Moments | None, d_in: int):
+        self.tr, self.ho = tr.head(d_in), ho.head(d_in)
+        self.final = self.tr if final is None else final.head(d_in)
+        self.eig = _Eig(self.tr)
+        self.final_eig = self.eig if final is None else _Eig(self.final)
+
+    def layer(self, j: int, grid, blend: bool) -> _Candidate:
+        eig = self.eig
+        a, mu_y = eig.a_matrix(self.tr, j)
+        errs = grid_sse(eig, a, mu_y, self.ho, j, [g * eig.scale for g in grid])
+        best = int(np.argmin(errs))
+        alpha, sse = 1.0, float(errs[best])
+        if blend:
+            alpha, sse = best_blend(*eig.solve(a, mu_y, grid[best] * eig.scale), self.ho, j)
+        fa, fmu = self.final_eig.a_matrix(self.final, j)
+        w, b = self.final_eig.solve(fa, fmu, grid[best] * self.final_eig.scale)
+        eye = np.eye(*w.shape)
+        return _Candidate(float(grid[best]), grid[best] * self.final_eig.scale, alpha, sse,
+                          eye + alpha * (w - eye), alpha * b)
+
+
+def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blend: bool = True,
+        lag_gain: float | None = DEFAULT_LAG_GAIN) -> Maps:
+    """Maps for every late layer. A layer reads the previous row's split state too (a lagged map)
+    where that cuts its held-out error by at least `lag_gain` (a share; None: never): the lagged
+    map costs one more d x d product per filled row."""
     stats.check_finite()
     if len(grid) == 0 or not all(np.isfinite(g) and g > 0 for g in grid):
         raise InputError(f"the λ grid must be finite numbers > 0, not {list(grid)}")
+    if lag_gain is not None and not (np.isfinite(lag_gain) and 0 <= lag_gain < 1):
+        raise InputError(f"the lag gain must be a share in [0, 1), not {lag_gain}")
     tr, ho = stats.train, stats.heldout
     if ho.n < 2:
         raise InputError("held-out statistics are empty: λ cannot be chosen")
-    eig = _Eig(tr)
-    d = tr.d
-    eye = np.eye(d)
-    final_eig, final_mom = eig, tr
+    d = tr.d_out
+    final = None
     if refit_all:
-        final_mom = copy.deepcopy(tr)
-        final_mom += ho
-        final_eig = _Eig(final_mom)
+        final = copy.deepcopy(tr)
+        final += ho
+    row = _Kind(tr, ho, final, d)
+    lag = _Kind(tr, ho, final, 2 * d) if lag_gain is not None and tr.d == 2 * d else None
 
     fits, weights, biases = [], np.empty((tr.m, d, d), np.float32), np.empty((tr.m, d), np.float32)
+    weights_prev = np.zeros((tr.m, d, d), np.float32)
     for j, layer in enumerate(stats.layers):
-        a, mu_y = eig.a_matrix(tr, j)
         sst = heldout_sst(ho, j)
-        errs = grid_sse(eig, a, mu_y, ho, j, [g * eig.scale for g in grid])
-        best = int(np.argmin(errs))
-        sse_id = heldout_sse(eye, np.zeros(d), ho, j)
-        alpha, sse = 1.0, errs[best]
-        if blend:
-            alpha, sse = best_blend(*eig.solve(a, mu_y, grid[best] * eig.scale), ho, j)
+        c_row = row.layer(j, grid, blend)
+        c_lag = lag.layer(j, grid, blend) if lag else None
+        use_lag = c_lag is not None and c_lag.sse <= (1.0 - lag_gain) * c_row.sse
+        c = c_lag if use_lag else c_row
+        sse_id = heldout_sse(np.eye(d), np.zeros(d), row.ho, j)
         fits.append(LayerFit(
             layer=layer,
-            lam=grid[best] * final_eig.scale,
-            lam_rel=float(grid[best]),
-            r2_ridge=1.0 - sse / sst,
+            lam=c.lam,
+            lam_rel=c.lam_rel,
+            r2_ridge=1.0 - c.sse / sst,
             r2_identity=1.0 - sse_id / sst,
-            rel_err_ridge=float(np.sqrt(max(sse, 0.0) / sst)),
+            rel_err_ridge=float(np.sqrt(max(c.sse, 0.0) / sst)),
             rel_err_identity=float(np.sqrt(max(sse_id, 0.0) / sst)),
-            blend=alpha,
+            blend=c.alpha,
+            lag=use_lag,
+            r2_row=1.0 - c_row.sse / sst,
+            r2_lag=None if c_lag is None else 1.0 - c_lag.sse / sst,
         ))
-        fa, fmu = final_eig.a_matrix(final_mom, j)
-        w, b = final_eig.solve(fa, fmu, grid[best] * final_eig.scale)
-        weights[j], biases[j] = eye + alpha * (w - eye), alpha * b
-    return Maps(stats.split, list(stats.layers), weights, biases, fits, route=route_stats(final_mom))
+        weights[j], biases[j] = c.w[:, :d], c.b
+        if use_lag:
+            weights_prev[j] = c.w[:, d:]
+    route = route_stats(row.final)
+    return Maps(stats.split, list(stats.layers), weights, biases, fits, route=route,
+                weights_prev=weights_prev if any(f.lag for f in fits) else None)
 
 
 def report(maps: Maps) -> str:
-    lines = ["layer   λ/scale     α  R² ridge  R² identity  rel.err ridge  rel.err identity",
-             "-----  --------  ----  --------  -----------  -------------  ----------------"]
+    lines = ["layer  input   λ/scale     α  R² ridge  R² identity  rel.err ridge  rel.err identity  R² per-row  R² lagged",
+             "-----  -----  --------  ----  --------  -----------  -------------  ----------------  ----------  ---------"]
+    num = lambda v: "" if v is None else f"{v:.4f}"
     for f in maps.fits:
-        lines.append(f"{f.layer:5d}  {f.lam_rel:8.1e}  {f.blend:4.2f}  {f.r2_ridge:8.4f}  {f.r2_identity:11.4f}  "
-                     f"{f.rel_err_ridge:13.4f}  {f.rel_err_identity:16.4f}")
+        lines.append(f"{f.layer:5d}  {'lag' if f.lag else 'row':>5}  {f.lam_rel:8.1e}  {f.blend:4.2f}  {f.r2_ridge:8.4f}  "
+                     f"{f.r2_identity:11.4f}  {f.rel_err_ridge:13.4f}  {f.rel_err_identity:16.4f}  "
+                     f"{num(f.r2_row):>10}  {num(f.r2_lag):>9}")
     return "\n".join(lines)
 
 
@@ -186,6 +249,8 @@ def save_maps(path, maps: Maps, identity, provenance) -> Path:
     meta = {"split": maps.split, "layers": maps.layers, "fits": [asdict(f) for f in maps.fits],
             "identity": asdict(identity), "provenance": asdict(provenance)}
     arrays = {"weights": maps.weights, "biases": maps.biases}
+    if maps.weights_prev is not None:
+        arrays["weights_prev"] = maps.weights_prev
     if maps.route is not None:
         arrays.update(route_mean=maps.route.mean, route_whiten=maps.route.whiten)
     return save_npz(path, MAPS_FORMAT, meta, arrays)
@@ -201,7 +266,7 @@ def load_maps(path):
         meta, data = load_npz(path, MAPS_FORMAT)
         route = RouteStats(data["route_mean"], data["route_whiten"]) if "route_mean" in data else None
         maps = Maps(int(meta["split"]), list(meta["layers"]), data["weights"], data["biases"],
-                    [LayerFit(**f) for f in meta["fits"]], route=route)
+                    [LayerFit(**f) for f in meta["fits"]], route=route, weights_prev=data.get("weights_prev"))
         return maps, ModelIdentity(**meta["identity"]), Provenance(**meta["provenance"])
     except (KeyError, TypeError, ValueError) as err:
         raise InputError(f"cannot read maps from {path}: {err}") from None

@@ -1,7 +1,10 @@
 """Sufficient statistics for the ridge maps, streamed in float64.
 
-For the split layer's state x = h_s and each late layer's input y_l = h_l (l > s):
-n, Σx, Σy_l, XᵀX, XᵀY_l and Σ‖y_l‖². Activations are never stored; statistics from
+For the split layer's state and each late layer's input y_l = h_l (l > s): n, Σx, Σy_l,
+XᵀX, XᵀY_l and Σ‖y_l‖², where x = [h_s(t), h_s(t-1)] holds the row's split state and its
+predecessor's (the previous row of the same window), so that a map may also read the
+previous row (ridge.py); the first d columns are the per-row statistics. Activations are
+never stored; statistics from
 several runs add up (sharded calibration), provided they describe the same model,
 split and layers. A second, disjoint set (held-out documents) selects λ.
 """
@@ -17,7 +20,7 @@ import numpy as np
 from .files import load_npz, save_npz
 from .errors import RidgefillError
 
-FORMAT = "ridgefill-stats/1"
+FORMAT = "ridgefill-stats/2"  # 2: x carries the previous row's split state
 
 
 class StatsError(RidgefillError, ValueError):
@@ -66,19 +69,32 @@ class Provenance:
 
 
 class Moments:
-    """Streaming float64 moments of (x, y_1..y_m) rows."""
+    """Streaming float64 moments of (x, y_1..y_m) rows; x has d_in columns, each y d_out (default d_in)."""
 
-    def __init__(self, d: int, m: int):
+    def __init__(self, d_in: int, m: int, d_out: int | None = None):
+        d_out = d_in if d_out is None else d_out
         self.n = 0
-        self.sum_x = np.zeros(d)
-        self.sum_y = np.zeros((m, d))
-        self.xtx = np.zeros((d, d))
-        self.xty = np.zeros((m, d, d))
+        self.sum_x = np.zeros(d_in)
+        self.sum_y = np.zeros((m, d_out))
+        self.xtx = np.zeros((d_in, d_in))
+        self.xty = np.zeros((m, d_in, d_out))
         self.yy = np.zeros(m)
 
     @property
     def d(self) -> int:
+        """Columns of x."""
         return self.sum_x.shape[0]
+
+    @property
+    def d_out(self) -> int:
+        return self.sum_y.shape[1]
+
+    def head(self, k: int) -> "Moments":
+        """The moments of the first k columns of x (views, not copies)."""
+        m = Moments.__new__(Moments)
+        m.n, m.sum_y, m.yy = self.n, self.sum_y, self.yy
+        m.sum_x, m.xtx, m.xty = self.sum_x[:k], self.xtx[:k, :k], self.xty[:, :k, :]
+        return m
 
     @property
     def m(self) -> int:
@@ -87,6 +103,8 @@ class Moments:
     def update(self, x: np.ndarray, ys: list[np.ndarray]) -> None:
         if len(ys) != self.m:
             raise StatsError(f"expected {self.m} target layers, got {len(ys)}")
+        if np.ndim(x) != 2 or np.shape(x)[1] != self.d:
+            raise StatsError(f"rows x have shape {np.shape(x)}, expected (n, {self.d})")
         if len(x) == 0:
             return
         x64 = np.asarray(x, dtype=np.float64)
@@ -94,16 +112,17 @@ class Moments:
         self.sum_x += x64.sum(0)
         self.xtx += x64.T @ x64
         for j, y in enumerate(ys):
-            if y.shape != x.shape:
-                raise StatsError(f"target {j} has shape {y.shape}, x has {x.shape}")
+            if y.shape != (len(x), self.d_out):
+                raise StatsError(f"target {j} has shape {y.shape}, expected {(len(x), self.d_out)}")
             y64 = np.asarray(y, dtype=np.float64)
             self.sum_y[j] += y64.sum(0)
             self.xty[j] += x64.T @ y64
             self.yy[j] += np.einsum("ij,ij->", y64, y64)
 
     def __iadd__(self, other: "Moments") -> "Moments":
-        if (other.d, other.m) != (self.d, self.m):
-            raise StatsError(f"cannot add moments of shape (d={other.d}, m={other.m}) to (d={self.d}, m={self.m})")
+        if (other.d, other.m, other.d_out) != (self.d, self.m, self.d_out):
+            raise StatsError(f"cannot add moments of shape (d_in={other.d}, m={other.m}, d_out={other.d_out}) "
+                             f"to (d_in={self.d}, m={self.m}, d_out={self.d_out})")
         self.n += other.n
         self.sum_x += other.sum_x
         self.sum_y += other.sum_y
@@ -142,8 +161,8 @@ class CalibrationStats:
         self.provenance = provenance or Provenance()
         self.heldout_provenance = Provenance()
         d, m = identity.n_embd, len(self.layers)
-        self.train = Moments(d, m)
-        self.heldout = Moments(d, m)
+        self.train = Moments(2 * d, m, d)  # x = [h_s(t), h_s(t-1)]
+        self.heldout = Moments(2 * d, m, d)
 
     def merge(self, other: "CalibrationStats") -> None:
         bad = self.identity.mismatch(other.identity)
@@ -188,8 +207,19 @@ class CalibrationStats:
             st.train = Moments.from_arrays(data, "train_")
             st.heldout = Moments.from_arrays(data, "heldout_")
         except (KeyError, TypeError, ValueError) as err:
-            raise StatsError(f"cannot read statistics from {path}: {err}") from None
+            hint = " (statistics from before the previous row was captured: capture them again)" if "stats/1" in str(err) else ""
+            raise StatsError(f"cannot read statistics from {path}: {err}{hint}") from None
+        st._check_shapes(path)
         return st
+
+    def _check_shapes(self, path) -> None:
+        d, m = self.identity.n_embd, len(self.layers)
+        want = {"sum_x": (2 * d,), "sum_y": (m, d), "xtx": (2 * d, 2 * d), "xty": (m, 2 * d, d), "yy": (m,)}
+        for name, mom in (("train", self.train), ("heldout", self.heldout)):
+            for k, shape in want.items():
+                if getattr(mom, k).shape != shape:
+                    raise StatsError(f"cannot read statistics from {path}: {name}_{k} has shape "
+                                     f"{getattr(mom, k).shape}, expected {shape} for n_embd={d} and {m} late layers")
 
 
 def merge_files(paths: list[str | os.PathLike]) -> CalibrationStats:
