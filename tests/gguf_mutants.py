@@ -181,7 +181,34 @@ def _structural_mutants(m: _Model, rng) -> list[Mutant]:
         add(f"{key}-f32", key, kvs=_with_key(m, key, 4.5, V.FLOAT32))
         add(f"{key}-bool", key, kvs=_with_key(m, key, True, V.BOOL))
     _route_mutants(m, split, add)
+    _prev_mutants(m, split, n_layer, add)
     return out
+
+
+def _prev_mutants(m: _Model, split: int, n_layer: int, add) -> None:
+    """Lagged maps' previous-row weights (blk.{l}.ridge_map_prev.weight), when present."""
+    prev = [t for t in m.tensors if t.name.endswith(".ridge_map_prev.weight")]
+    if not prev:
+        return
+    p0 = prev[0]
+    d = p0.data.shape[0]
+    f32 = p0.data.astype(np.float32)
+    for qt, arr in [(Q.F64, f32.astype(np.float64)), (Q.I32, f32.astype(np.int32)), (Q.BF16, gguf.quants.quantize(f32, Q.BF16)),
+                    (Q.Q8_0, gguf.quants.quantize(f32, Q.Q8_0))]:
+        add(f"prev-type-{qt.name}", p0.name, tensors=_replace(m, p0.name, _Tensor(p0.name, arr, qt)))
+    for shape in [(d, d + 1), (d - 1, d), (d,), (2, d, d)]:
+        arr = np.resize(f32, shape).astype(np.float32)
+        add(f"prev-shape-{'x'.join(map(str, shape))}", p0.name, tensors=_replace(m, p0.name, _Tensor(p0.name, arr, Q.F32)))
+    for bad in (np.nan, np.inf, -np.inf):
+        for qt, dt in ((Q.F32, np.float32), (Q.F16, np.float16)):
+            arr = f32.astype(dt)
+            arr.reshape(-1)[-1] = bad
+            add(f"prev-nonfinite-{bad}-{qt.name}", p0.name, tensors=_replace(m, p0.name, _Tensor(p0.name, arr, qt)))
+    for layer in (0, split):
+        name = f"blk.{layer}.ridge_map_prev.weight"
+        add(f"prev-at-{layer}", name, tensors=m.tensors + [_Tensor(name, f32, Q.F32)])
+    add(f"prev-at-{n_layer}", "wrong number of tensors",
+        tensors=m.tensors + [_Tensor(f"blk.{n_layer}.ridge_map_prev.weight", f32, Q.F32)])
 
 
 def _route_mutants(m: _Model, split: int, add) -> None:

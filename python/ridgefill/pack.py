@@ -23,6 +23,7 @@ FORMAT_VERSION = 1
 KEY = "ridgefill.{}"
 MAP_WEIGHT = "blk.{}.ridge_map.weight"
 MAP_BIAS = "blk.{}.ridge_map.bias"
+MAP_PREV = "blk.{}.ridge_map_prev.weight"  # a lagged map's weight on the previous row's split state
 ROUTE_MEAN = "blk.{}.ridge_route.mean"
 ROUTE_WHITEN = "blk.{}.ridge_route.whiten"
 MAP_TYPES = {"f32": np.float32, "f16": np.float16}
@@ -82,6 +83,8 @@ def pack(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, provenanc
     d = identity.n_embd
     if maps.weights.shape != (len(maps.layers), d, d) or maps.biases.shape != (len(maps.layers), d):
         raise PackError(f"map shapes {maps.weights.shape}/{maps.biases.shape} do not fit n_embd={d}")
+    if maps.weights_prev is not None and maps.weights_prev.shape != maps.weights.shape:
+        raise PackError(f"previous-row map shape {maps.weights_prev.shape} does not fit n_embd={d}")
     if maps.layers != list(range(maps.split + 1, identity.n_layer)):
         raise PackError(f"maps cover layers {maps.layers}, expected {maps.split + 1}..{identity.n_layer - 1}")
 
@@ -95,6 +98,8 @@ def pack(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, provenanc
         w = maps.weights[j].astype(MAP_TYPES[map_type])  # (d_out, d_in) -> ggml ne = {d_in, d_out}
         extra.append((MAP_WEIGHT.format(layer), np.ascontiguousarray(w)))
         extra.append((MAP_BIAS.format(layer), np.ascontiguousarray(maps.biases[j].astype(np.float32))))
+        if maps.prev(j) is not None:
+            extra.append((MAP_PREV.format(layer), np.ascontiguousarray(maps.prev(j).astype(MAP_TYPES[map_type]))))
     if maps.route is not None:
         maps.route.check(d)
         extra.append((ROUTE_MEAN.format(maps.split), np.ascontiguousarray(maps.route.mean, np.float32)))
@@ -134,8 +139,8 @@ def inspect(path: str | os.PathLike, base: str | os.PathLike | None = None) -> d
     layers, total = [], 0
     for name in sorted((n for n in tensors if n.endswith(".ridge_map.weight")), key=lambda n: int(n.split(".")[1])):
         layer = int(name.split(".")[1])
-        w, b = tensors[name], tensors.get(MAP_BIAS.format(layer))
-        nbytes = int(w.n_bytes) + (int(b.n_bytes) if b else 0)
+        w, b, p = tensors[name], tensors.get(MAP_BIAS.format(layer)), tensors.get(MAP_PREV.format(layer))
+        nbytes = int(w.n_bytes) + (int(b.n_bytes) if b else 0) + (int(p.n_bytes) if p else 0)
         total += nbytes
         layers.append({
             "layer": layer,
@@ -143,6 +148,7 @@ def inspect(path: str | os.PathLike, base: str | os.PathLike | None = None) -> d
             "type": w.tensor_type.name,
             "shape": [int(x) for x in w.shape],
             "bias": b is not None,
+            "previous_row": p is not None,
             "bytes": nbytes,
         })
     checks = [c.as_dict() for c in validate.check_file(path, base, reader)]
@@ -179,6 +185,18 @@ def read_maps(path: str | os.PathLike) -> dict[int, tuple[np.ndarray, np.ndarray
     if not out:
         raise PackError(f"{path} carries no RidgeFill maps")
     return out
+
+
+def n_lagged(path: str | os.PathLike) -> int:
+    """How many late layers' maps also read the previous row (0 for a file without maps)."""
+    return sum(t.name.endswith(".ridge_map_prev.weight") for t in open_gguf(path).tensors)
+
+
+def read_prev_maps(path: str | os.PathLike) -> dict[int, np.ndarray]:
+    """{layer: W_prev} (float32, (d_out, d_in)) of the layers whose map also reads the previous row."""
+    reader = open_gguf(path)
+    return {int(t.name.split(".")[1]): np.asarray(t.data, dtype=np.float32)
+            for t in reader.tensors if t.name.endswith(".ridge_map_prev.weight")}
 
 
 def read_route(path: str | os.PathLike):

@@ -18,7 +18,7 @@ import numpy as np
 
 from .fetch import sha256_file
 from .gguf_io import field, open_gguf
-from .pack import FORMAT_VERSION, MAP_BIAS, MAP_WEIGHT, ROUTE_MEAN, ROUTE_WHITEN
+from .pack import FORMAT_VERSION, MAP_BIAS, MAP_PREV, MAP_WEIGHT, ROUTE_MEAN, ROUTE_WHITEN
 # the loader's supported set (llama_rf_map_type_supported); each is tested through the fill path
 MAP_WEIGHT_TYPES = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
 LOADER = ("format_version", "split_layer", "sink_rows", "tail_rows", "maps", "route")
@@ -91,7 +91,7 @@ def _in_range(name: str, v, lo: int, hi: int, optional: bool = False, bound_name
 
 
 def _maps(reader, split: int | None, n_layer: int, n_embd: int) -> Check:
-    tensors = {t.name: t for t in reader.tensors if ".ridge_map." in t.name}
+    tensors = {t.name: t for t in reader.tensors if ".ridge_map." in t.name or ".ridge_map_prev." in t.name}
     if split is None:
         return Check("maps", False, "maps not checked: no valid ridgefill.split_layer")
     for name, t in sorted(tensors.items()):
@@ -102,7 +102,18 @@ def _maps(reader, split: int | None, n_layer: int, n_embd: int) -> Check:
         bad = _map_problem(tensors.get(MAP_WEIGHT.format(layer)), tensors.get(MAP_BIAS.format(layer)), layer, n_embd)
         if bad:
             return Check("maps", False, bad)
-    return Check("maps", True, f"{n_layer - split - 1} maps, f32/f16 {n_embd}x{n_embd}, finite")
+    n_prev = 0
+    for layer in range(split + 1, n_layer):
+        prev = tensors.get(MAP_PREV.format(layer))
+        bad = prev is not None and _weight_problem(prev, n_embd)
+        if bad:
+            return Check("maps", False, bad)
+        n_prev += prev is not None
+    extra = [n for n in tensors if n.split(".", 2)[2] not in ("ridge_map.weight", "ridge_map.bias", "ridge_map_prev.weight")]
+    if extra:
+        return Check("maps", False, f"{extra[0]}: not a RidgeFill map tensor")
+    return Check("maps", True, f"{n_layer - split - 1} maps ({n_prev} also reading the previous row), "
+                               f"f32/f16 {n_embd}x{n_embd}, finite")
 
 
 def _route(reader, split: int | None, n_embd: int) -> Check:
@@ -144,6 +155,16 @@ def _ne(t) -> list[int]:
     while len(ne) > 1 and ne[-1] == 1:
         ne.pop()
     return ne
+
+
+def _weight_problem(w, d: int) -> str | None:
+    if w.tensor_type not in MAP_WEIGHT_TYPES:
+        return f"{w.name}: type {w.tensor_type.name} is not supported (f32 or f16)"
+    if _ne(w) != [d, d]:
+        return f"{w.name}: shape {_ne(w)}, expected [{d}, {d}]"
+    if not np.isfinite(np.asarray(w.data)).all():
+        return f"{w.name}: non-finite value (NaN or Inf)"
+    return None
 
 
 def _map_problem(w, b, layer: int, d: int) -> str | None:
