@@ -80,11 +80,13 @@ def sample_text() -> str:
     return Path(textwrap.__file__).read_text()
 
 
-def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str = "f32", route_stats: bool = False):
+def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str = "f32", route_stats: bool = False,
+                      lag_every: int = 0):
     """`base` + random, non-symmetric F32 maps (W = I + noise, b = noise) at `split`: (Model, Maps).
 
     Far from the identity, so a wrong or transposed map shows; easy to recompute in numpy.
     `route_stats`: also routing statistics (a random mean, a whitening matrix of random rows).
+    `lag_every` k > 0: every k-th late layer's map also reads the previous row (W_prev = noise).
     """
     import numpy as np
 
@@ -99,7 +101,10 @@ def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str 
     d = ident.n_embd
     w = (np.eye(d) + 0.05 * rng.normal(size=(len(layers), d, d))).astype(np.float32)
     b = (0.1 * rng.normal(size=(len(layers), d))).astype(np.float32)
-    maps = Maps(split, layers, w, b, [LayerFit(l, 0, 0, 0, 0, 0, 0) for l in layers])
+    maps = Maps(split, layers, w, b, [LayerFit(l, 0, 0, 0, 0, 0, 0, lag=lag_every > 0 and j % lag_every == 0)
+                                      for j, l in enumerate(layers)])
+    if lag_every:
+        maps.weights_prev = (0.05 * rng.normal(size=w.shape)).astype(np.float32)
     if route_stats:
         from ridgefill.route import RouteStats
 
@@ -144,10 +149,11 @@ class SharedModels:
         return self._once(("pt-maps", shape, split), lambda: Model(synth.identity_maps(
             self.passthrough_path(shape, split), split, self.root / f"{shape}-pt{split}-maps.gguf")))
 
-    def random_maps(self, shape: str, split: int, seed: int = 0):
-        """(Model, Maps): the base with random, non-symmetric F32 maps."""
-        return self._once(("rand", shape, split, seed), lambda: random_maps_model(
-            self.base(shape), split, self.root / f"{shape}-rand{split}-{seed}.gguf", seed=seed))
+    def random_maps(self, shape: str, split: int, seed: int = 0, lag_every: int = 0):
+        """(Model, Maps): the base with random, non-symmetric F32 maps (lagged ones every lag_every layers)."""
+        return self._once(("rand", shape, split, seed, lag_every), lambda: random_maps_model(
+            self.base(shape), split, self.root / f"{shape}-rand{split}-{seed}-lag{lag_every}.gguf", seed=seed,
+            lag_every=lag_every))
 
 
 @pytest.fixture(scope="session")
