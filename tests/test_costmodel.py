@@ -90,3 +90,16 @@ def test_sliding_window_layers_cost_their_window():
             "gemma3.attention.head_count_kv": 1, "gemma3.attention.key_length": 128, "gemma3.feed_forward_length": 1024,
             "gemma3.block_count": 12, "gemma3.attention.sliding_window": 512}
     assert costmodel.Shape.from_metadata(meta, "gemma3") == swa
+
+
+def test_a_lagged_map_costs_one_more_d_by_d_product_per_filled_row():
+    from ridgefill import costmodel
+
+    sh = costmodel.SMOLLM2
+    n, split, sinks, tail = 4096, 16, 4, 1024
+    plain = costmodel.prefill_cost(sh, n, split, sinks, tail)
+    assert costmodel.prefill_cost(sh, n, split, sinks, tail, lagged=2) - plain == 2 * (n - tail - sinks) * sh.d * sh.d
+    assert costmodel.bound(sh, n, split, sinks, tail, lagged=2) < costmodel.bound(sh, n, split, sinks, tail)
+    # identity fill has no maps to lag
+    assert costmodel.prefill_cost(sh, n, split, sinks, tail, with_map=False, lagged=2) == \
+        costmodel.prefill_cost(sh, n, split, sinks, tail, with_map=False)

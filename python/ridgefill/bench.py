@@ -88,7 +88,7 @@ def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identit
                     r.rows[mode] = report
                 progress(f"  {n} tokens, run {i + 1}/{runs}, {mode}: {ms:.0f} ms")
         results.append(r)
-    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(model))
+    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(model), lagged_maps(model))
     out["path"] = "llama-bench"
     out["round_order"] = "alternating"
     out["rpc"] = rpc
@@ -170,7 +170,7 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
         for srv in servers.values():
             srv.stop()
     out = summarize(model, results, costmodel.Shape.from_gguf(model), split, sinks, tail, threads, modes,
-                    map_bytes(model))
+                    map_bytes(model), lagged_maps(model))
     out["path"] = "llama-server"
     out["round_order"] = "alternating"
     out["rpc"] = rpc
@@ -208,6 +208,14 @@ def map_bytes(model) -> int:
     """Bytes of RidgeFill maps in the GGUF; 0 for a model without maps (exact/identity runs)."""
     try:
         return pack.inspect(model)["map_bytes"]
+    except ValueError:
+        return 0
+
+
+def lagged_maps(model) -> int:
+    """Late layers whose map also reads the previous row; 0 for a model without maps."""
+    try:
+        return pack.n_lagged(model)
     except ValueError:
         return 0
 

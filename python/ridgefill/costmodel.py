@@ -139,8 +139,10 @@ def _full_rows(sh: Shape, layers, lo: int, hi: int) -> float:
 
 
 def prefill_cost(sh: Shape, n: int, split: int | None = None, sinks: int = 0, tail: int = 0,
-                 with_map: bool = True, route: float = 0.0) -> float:
+                 with_map: bool = True, route: float = 0.0, lagged: int = 0) -> float:
     """Multiply-adds of a prompt of n rows; split=None is the exact prefill.
+
+    lagged: late layers whose map also reads the previous row (one more d x d product per filled row).
 
     route: share of the filled rows routed (route.py): each filled row's leverage costs a d x d
     product, and the routed rows run layers split.. in full again, at positions spread over the
@@ -153,15 +155,17 @@ def prefill_cost(sh: Shape, n: int, split: int | None = None, sinks: int = 0, ta
     m = hi - lo
     late = range(split + 1, sh.n_layer)
     filled = (_full_rows(sh, range(split), lo, hi) + m * _memory_write(sh, split)
-              + m * sum(_memory_write(sh, il) + (sh.d * sh.d if with_map else 0) for il in late))
+              + m * sum(_memory_write(sh, il) + (sh.d * sh.d if with_map else 0) for il in late)
+              + (m * lagged * sh.d * sh.d if with_map else 0))
     if route > 0:
         filled += m * sh.d * sh.d + route * _full_rows(sh, range(split, sh.n_layer), lo, hi)
     return exact - _full_rows(sh, layers, lo, hi) + filled
 
 
-def bound(sh: Shape, n: int, split: int, sinks: int, tail: int, with_map: bool = True, route: float = 0.0) -> float:
+def bound(sh: Shape, n: int, split: int, sinks: int, tail: int, with_map: bool = True, route: float = 0.0,
+          lagged: int = 0) -> float:
     """cost_exact / cost_fill: the speed-up a perfect implementation reaches."""
-    return prefill_cost(sh, n) / prefill_cost(sh, n, split, sinks, tail, with_map, route)
+    return prefill_cost(sh, n) / prefill_cost(sh, n, split, sinks, tail, with_map, route, lagged)
 
 
 SMOLLM2 = Shape(n_layer=30, d=576, d_q=576, d_kv=192, d_ff=1536)

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import costmodel, models, paths, pipeline
+from . import costmodel, models, pack, paths, pipeline
 from .calibrate import CaptureConfig
 from .evals.needle import single_needle, string_match_all
 from .pack import Defaults, identity_of, inspect
@@ -79,7 +79,7 @@ def main(model_name: str = models.DEFAULT_MODEL, threads: int | None = None) -> 
         for mode in reversed(ms):  # ridge first: its slot still holds the last timed (ridge) prompt
             answers[mode] = answer(srv, item.tokens, mode)
     shape = costmodel.Shape.from_model(model)
-    bound = costmodel.bound(shape, item.n_tokens, SPLIT, SINKS, TAIL)
+    bound = costmodel.bound(shape, item.n_tokens, SPLIT, SINKS, TAIL, lagged=pack.n_lagged(gguf))
     med = {m: statistics.median(v) for m, v in ms.items()}
     print()
     if filled == 0:

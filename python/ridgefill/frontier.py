@@ -92,10 +92,12 @@ def _summary_row(summary, task, group, metric, pt: Point) -> dict | None:
     return None
 
 
-def row_for(pt: Point, summary: list[dict], shape: costmodel.Shape, ttft: dict | None) -> dict:
+def row_for(pt: Point, summary: list[dict], shape: costmodel.Shape, ttft: dict | None, lagged: int = 0) -> dict:
     """One operating point: speed (bound, measured) and quality (means and intervals per variant).
-    "ridge" in the row is the point's ridge variant (routed or not)."""
-    out = {**asdict(pt), "bound_ridge": costmodel.bound(shape, pt.n_tokens, pt.split, pt.sinks, pt.tail, route=pt.route),
+    "ridge" in the row is the point's ridge variant (routed or not); `lagged` late layers' maps also read
+    the previous row."""
+    out = {**asdict(pt), "lagged": lagged,
+           "bound_ridge": costmodel.bound(shape, pt.n_tokens, pt.split, pt.sinks, pt.tail, route=pt.route, lagged=lagged),
            "bound_identity": costmodel.bound(shape, pt.n_tokens, pt.split, pt.sinks, pt.tail, with_map=False)}
     if ttft:
         res = next((r for r in ttft["results"] if r["n_tokens"] == pt.n_tokens), None)

@@ -29,7 +29,7 @@ class LengthResult:
         return statistics.median(self.ms[mode])
 
 
-def summarize(model, results, shape, split, sinks, tail, threads, modes, maps: int = 0) -> dict:
+def summarize(model, results, shape, split, sinks, tail, threads, modes, maps: int = 0, lagged: int = 0) -> dict:
     rows = []
     for r in results:
         lo, hi = runtime.fill_range(r.n_tokens, sinks, tail)
@@ -40,14 +40,15 @@ def summarize(model, results, shape, split, sinks, tail, threads, modes, maps: i
                 continue
             ratio = r.median("exact") / r.median(mode)
             base, share = parse_mode(mode)
-            b = costmodel.bound(shape, r.n_tokens, split, sinks, tail, with_map=(base == "ridge"), route=share)
+            b = costmodel.bound(shape, r.n_tokens, split, sinks, tail, with_map=(base == "ridge"), route=share,
+                                lagged=lagged)
             row[f"ratio_{mode}"] = ratio
             row[f"bound_{mode}"] = b
             row[f"of_bound_{mode}"] = ratio / b
             row[f"ratio_range_{mode}"] = _paired_ratio_range(r.ms["exact"], r.ms[mode])
         rows.append(row)
     return {"model": str(model), "shape": asdict(shape), "split": split, "sinks": sinks, "tail": tail,
-            "threads": threads, "map_bytes": maps, "modes": list(modes), "results": rows}
+            "threads": threads, "map_bytes": maps, "lagged_maps": lagged, "modes": list(modes), "results": rows}
 
 
 def merge_summaries(summaries: list[dict]) -> list[dict]:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import frontier
+from . import frontier, pack
 from .command_line import command_line
 from .cli_args import list_option
 from .costmodel import Shape
@@ -124,6 +124,13 @@ def stored_summary(work: Path, plan) -> tuple[list[dict], dict]:
     return report.summarize(ResultStore(store).all(), n_boot=plan.n_boot, seed=plan.seed), asdict(plan)
 
 
+def lagged_of(gguf: Path, ttft: dict | None) -> int:
+    """Lagged maps of a candidate: from its GGUF, else from its stored TTFT run (a fresh clone has no GGUFs)."""
+    if gguf.is_file():
+        return pack.n_lagged(gguf)
+    return int((ttft or {}).get("lagged_maps", 0))
+
+
 def stored_ttft(work: Path, split: int, tail: int) -> dict | None:
     path = work / "ttft" / f"s{split}-t{tail}.json"
     return json.loads(path.read_text()) if path.is_file() else None
@@ -149,9 +156,11 @@ def run(args, log) -> tuple[list[dict], Path]:
             ttft = (measure_ttft(work / "fit" / f"s{s}.gguf", s, plan.sinks, tail, plan.lengths, modes, args.runs,
                                  args.threads or 2, work, log) if args.measure else
                     stored_ttft(work, s, tail))
+            lagged = lagged_of(work / "fit" / f"s{s}.gguf", ttft)
             for route in routes:
                 for n in plan.lengths:
-                    rows.append(frontier.row_for(frontier.Point(s, plan.sinks, tail, n, route), summary, shape, ttft))
+                    rows.append(frontier.row_for(frontier.Point(s, plan.sinks, tail, n, route), summary, shape, ttft,
+                                                 lagged))
     title = report_title(args.title, work, base)
     (work / "frontier.json").write_text(json.dumps({"base": str(base), "title": title, "plan": plan_doc,
                                                     "tokens": args.tokens, "rows": rows}, indent=1))
