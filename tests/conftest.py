@@ -112,6 +112,37 @@ def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str 
     return Model(pack.pack(base, maps, ident, Provenance(), out, map_type=map_type)), maps
 
 
+def check_lagged_inputs(model, maps, tokens, split: int, late: list[int], n_batch: int, n_ubatch: int,
+                        sinks: int, tail: int) -> None:
+    """Captured inputs of filled late layers = W_l h_s(t) + W_prev,l h_s(t-1) + b_l in numpy, h_s(t-1) being
+    the previous row's split state wherever that row ran (this ubatch, an earlier one, an exact one), and
+    never the row's own (the fork's fallback where no predecessor is known)."""
+    import numpy as np
+
+    ctx = model.context(n_ctx=1024, n_batch=n_batch, n_ubatch=n_ubatch, threads=2, capture=[split, *late])
+    ctx.set_fill("ridge")
+    rows = {il: [] for il in [split, *late]}
+    res = ctx.prefill(tokens, sinks=sinks, tail=tail,
+                      on_chunk=lambda c, start, n: [rows[il].append(c.layer_input(il).copy()) for il in rows])
+    lo, hi = res.fill_range
+    assert hi > lo > 0
+    h = {il: np.concatenate(v) for il, v in rows.items()}
+    h_s = h[split].astype(np.float64)
+    n_lagged = 0
+    for il in late:
+        j = maps.layers.index(il)
+        want = h_s[lo:hi] @ maps.weights[j].T.astype(np.float64) + maps.biases[j]
+        if maps.prev(j) is not None:
+            n_lagged += 1
+            w_prev = maps.prev(j).T.astype(np.float64)
+            want += h_s[lo - 1:hi - 1] @ w_prev
+            own = want + (h_s[lo:hi] - h_s[lo - 1:hi - 1]) @ w_prev
+            assert np.abs(h[il][lo:hi] - own).max(1).min() > 1e-3 * np.abs(want).max(), f"layer {il}: a row read itself"
+        err = np.abs(h[il][lo:hi] - want).max() / np.abs(want).max()
+        assert err < 1e-4, f"layer {il}: relative error {err:.3g}"
+    assert n_lagged > 0
+
+
 class SharedModels:
     """Test models built once per session: a base (SmolLM2, a registry model or a synthetic shape), its
     pass-through from `split` on (layers >= split zeroed, so h_l = h_s) with identity maps, or random maps."""

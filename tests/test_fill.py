@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 
+from conftest import check_lagged_inputs
+
 
 pytestmark = pytest.mark.slow
 
@@ -126,29 +128,12 @@ def lagged_maps(shared_models):
 
 @pytest.mark.parametrize("n_batch,n_ubatch", [(N, 64), (128, 50), (N, N)])
 def test_lagged_layer_inputs_read_the_previous_row(lagged_maps, prompt, n_batch, n_ubatch):
-    """Filled rows' late inputs = W_l h_s(t) + W_prev,l h_s(t-1) + b_l in numpy, the predecessor of the first
-    filled row being the last sink row (an exact ubatch) and that of each ubatch's first row the last row of
-    the ubatch (or decode call) before it: the same numbers whatever the partition."""
+    """The same numbers whatever the partition: within a ubatch, across ubatches and decode calls, and
+    from the exact sink ubatch to the first filled row."""
     model, maps = lagged_maps
-    late = [SPLIT + 1, SPLIT + 2, model.n_layer - 1]
     assert maps.prev(0) is not None and maps.prev(1) is None
-    ctx = model.context(n_ctx=1024, n_batch=n_batch, n_ubatch=n_ubatch, threads=2, capture=[SPLIT, *late])
-    ctx.set_fill("ridge")
-    rows = {il: [] for il in [SPLIT, *late]}
-    res = ctx.prefill(prompt, sinks=SINKS, tail=TAIL,
-                      on_chunk=lambda c, start, n: [rows[il].append(c.layer_input(il).copy()) for il in rows])
-    lo, hi = res.fill_range
-    h = {il: np.concatenate(v) for il, v in rows.items()}
-    h_s = h[SPLIT].astype(np.float64)
-    for il in late:
-        j = maps.layers.index(il)
-        want = h_s[lo:hi] @ maps.weights[j].T.astype(np.float64) + maps.biases[j]
-        if maps.prev(j) is not None:
-            want += h_s[lo - 1:hi - 1] @ maps.prev(j).T.astype(np.float64)
-            own = want + (h_s[lo:hi] - h_s[lo - 1:hi - 1]) @ maps.prev(j).T.astype(np.float64)
-            assert np.abs(h[il][lo:hi] - own).max(1).min() > 1e-3 * np.abs(want).max(), "a row read itself"
-        err = np.abs(h[il][lo:hi] - want).max() / np.abs(want).max()
-        assert err < 1e-4, f"layer {il}: relative error {err:.3g}"
+    check_lagged_inputs(model, maps, prompt, SPLIT, [SPLIT + 1, SPLIT + 2, model.n_layer - 1],
+                        n_batch=n_batch, n_ubatch=n_ubatch, sinks=SINKS, tail=TAIL)
 
 
 def test_fill_errors_are_python_exceptions(smollm2, random_maps):

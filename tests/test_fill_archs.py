@@ -9,6 +9,8 @@ rows at s = L (every layer exact, logits skipped), so both runs see the same uba
 import numpy as np
 import pytest
 
+from conftest import check_lagged_inputs
+
 from ridgefill import synth
 from ridgefill.runtime import Model
 
@@ -87,3 +89,13 @@ def test_gemma3_passthrough_fill_is_exact(gemma3_passthrough, sample_text, flash
     swa_layer, global_layer = split + 1, 17  # gemma3: every 6th layer (5, 11, 17) is global
     _check_same(model, toks, split, [split, swa_layer, global_layer], flash_attn=flash_attn,
                 sinks=64, tail=128, n_tokens=n)
+
+
+@pytest.mark.parametrize("shape", ["tiny-qwen2", "tiny-qwen3moe", "tiny-qwen35", "gemma3-270m"])
+def test_lagged_maps_read_the_previous_row_in_every_branch(shape, text_tokens, shared_models):
+    """Every builder's fill goes through build_rf_layer_inp and every exact graph keeps its split state:
+    lagged maps read the right previous row in the dense, MoE, hybrid and sliding-window branches."""
+    split = 12 if shape == "gemma3-270m" else 4
+    model, maps = shared_models.random_maps(shape, split, seed=3, lag_every=2)
+    check_lagged_inputs(model, maps, text_tokens[:N], split, [split + 1, split + 2, model.n_layer - 1],
+                        n_batch=256, n_ubatch=64, sinks=SINKS, tail=TAIL)

@@ -79,3 +79,23 @@ def test_filled_kv_is_never_reused_for_another_configuration(smollm2_path, promp
     with LlamaServer(smollm2_path, ARGS, ctx=1024, threads=2) as srv:
         ref = _complete(srv, prompt, cache_prompt=False)
     assert b["content"] == ref["content"]
+
+
+def test_lagged_maps_serve_what_the_bindings_fill(shared_models, prompt):
+    """A GGUF whose maps also read the previous row: the server's ridge continuation is the bindings' (same
+    ubatches), an exact request after it is the exact one, and a repeated ridge request is the same again."""
+    model, maps = shared_models.random_maps("smollm2", SPLIT, seed=1, lag_every=2)
+    assert maps.weights_prev is not None
+    ctx = model.context(n_ctx=1024, n_batch=256, n_ubatch=64, threads=2)
+    ctx.set_fill("ridge")
+    want = model.detokenize(ctx.greedy(prompt, 8, sinks=SINKS, tail=TAIL))
+    args = ARGS + ["--ridgefill", "ridge", "--ridgefill-sink", str(SINKS), "--ridgefill-tail", str(TAIL)]
+    with LlamaServer(model.path, args, ctx=1024, threads=2) as srv:
+        fill = _complete(srv, prompt, cache_prompt=False)
+        assert fill["timings"]["ridgefill_filled_n"] == N - SINKS - TAIL
+        assert fill["content"] == want
+        exact = _complete(srv, prompt, ridgefill="exact")
+        assert _complete(srv, prompt, cache_prompt=False)["content"] == want
+    with LlamaServer(model.path, ARGS, ctx=1024, threads=2) as srv:
+        assert exact["content"] == _complete(srv, prompt, cache_prompt=False)["content"]
+    assert exact["content"] != want  # the maps are random: a fill that ran changes the continuation
