@@ -130,3 +130,29 @@ def test_truncated_gguf_is_a_clear_error(smollm2_path, tmp_path):
 def test_inspect_plain_gguf_says_no_maps(smollm2_path):
     with pytest.raises(pack.PackError, match="no RidgeFill maps"):
         pack.inspect(smollm2_path)
+
+
+def test_lagged_maps_pack_and_read_back(smollm2_path, identity, tmp_path):
+    """Previous-row weights go to blk.{l}.ridge_map_prev.weight for the lagged layers only, in the same
+    orientation; inspect marks those layers and counts their bytes; the maps file keeps them."""
+    from ridgefill import ridge
+
+    maps = _maps(identity, seed=1)
+    maps.fits[1].lag = True
+    maps.weights_prev = np.zeros_like(maps.weights)
+    maps.weights_prev[1] = maps.weights[0].T  # not symmetric: orientation shows
+    out = pack.pack(smollm2_path, maps, identity, Provenance(), tmp_path / "lag.gguf", map_type="f32")
+    prev = pack.read_prev_maps(out)
+    assert sorted(prev) == [maps.layers[1]] and pack.n_lagged(out) == 1
+    np.testing.assert_array_equal(prev[maps.layers[1]], maps.weights_prev[1])
+    info = pack.inspect(out)
+    assert [r["previous_row"] for r in info["layers"]] == [False, True, False] and info["loads"]
+    d = identity.n_embd
+    assert info["map_bytes"] == len(maps.layers) * (d * d + d) * 4 + d * d * 4
+    saved = ridge.save_maps(tmp_path / "lag.npz", maps, identity, Provenance())
+    back, _, _ = ridge.load_maps(saved)
+    assert [f.lag for f in back.fits] == [False, True, False] and back.prev(0) is None
+    np.testing.assert_array_equal(back.prev(1), maps.weights_prev[1])
+    maps.weights_prev = maps.weights_prev[:, :, :-1]
+    with pytest.raises(pack.PackError, match="previous-row map shape"):
+        pack.pack(smollm2_path, maps, identity, Provenance(), tmp_path / "bad.gguf")
