@@ -10,8 +10,12 @@ The final maps are refitted on training + held-out statistics with the chosen λ
 A map's input x is the row's split state h_s(t), or [h_s(t), h_s(t-1)] with the previous
 row's (a lagged map): a head between the split layer and layer l that moves the previous
 row's information into row t (a previous-token head) is invisible to a per-row map. Both
-are fitted from the same statistics (the per-row map from their first d columns); a layer
-keeps the lagged map where it cuts the held-out error by at least DEFAULT_LAG_GAIN.
+are fitted from the same statistics (the per-row map from their first d columns). A split
+gets lagged maps when the previous row cuts some layer's held-out error by at least
+DEFAULT_LAG_GAIN; then every layer whose held-out error it lowers at all reads it. The decision
+is per split because what a previous-token head moves into the residual stream reaches every
+later layer, and there held-out gains of a few per cent still decide retrieval
+(bench/results/lag-fork-smollm2.md).
 
 Then each map is blended toward the identity, W_α = I + α(W − I), b_α = α b, with α in
 [0, 1] chosen on the held-out statistics (their squared error is a parabola in α): α = 1
@@ -179,9 +183,10 @@ class _Kind:
 
 def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blend: bool = True,
         lag_gain: float | None = DEFAULT_LAG_GAIN) -> Maps:
-    """Maps for every late layer. A layer reads the previous row's split state too (a lagged map)
-    where that cuts its held-out error by at least `lag_gain` (a share; None: never): the lagged
-    map costs one more d x d product per filled row."""
+    """Maps for every late layer. When the previous row's split state cuts some layer's held-out error
+    by at least `lag_gain` (a share; None: never), the split skipped a layer that moves the previous row
+    into each row, and every layer whose held-out error the previous row lowers at all gets a lagged map
+    (one more d x d product per filled row); otherwise every map reads its own row only."""
     stats.check_finite()
     if len(grid) == 0 or not all(np.isfinite(g) and g > 0 for g in grid):
         raise InputError(f"the λ grid must be finite numbers > 0, not {list(grid)}")
@@ -200,11 +205,13 @@ def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blen
 
     fits, weights, biases = [], np.empty((tr.m, d, d), np.float32), np.empty((tr.m, d), np.float32)
     weights_prev = np.zeros((tr.m, d, d), np.float32)
+    c_rows = [row.layer(j, grid, blend) for j in range(tr.m)]
+    c_lags = [lag.layer(j, grid, blend) if lag else None for j in range(tr.m)]
+    lagged = lag is not None and any(cl.sse <= (1.0 - lag_gain) * cr.sse for cr, cl in zip(c_rows, c_lags))
     for j, layer in enumerate(stats.layers):
         sst = heldout_sst(ho, j)
-        c_row = row.layer(j, grid, blend)
-        c_lag = lag.layer(j, grid, blend) if lag else None
-        use_lag = c_lag is not None and c_lag.sse <= (1.0 - lag_gain) * c_row.sse
+        c_row, c_lag = c_rows[j], c_lags[j]
+        use_lag = lagged and c_lag.sse < c_row.sse
         c = c_lag if use_lag else c_row
         sse_id = heldout_sse(np.eye(d), np.zeros(d), row.ho, j)
         fits.append(LayerFit(
