@@ -15,7 +15,8 @@ gets lagged maps when the previous row cuts some layer's held-out error by at le
 DEFAULT_LAG_GAIN; then every layer whose held-out error it lowers at all reads it. The decision
 is per split because what a previous-token head moves into the residual stream reaches every
 later layer, and there held-out gains of a few per cent still decide retrieval
-(bench/results/lag-fork-smollm2.md).
+(bench/results/lag-fork-smollm2.md). Lagged maps keep α = 1 (no blend, below): the identity
+drops the previous row, and blending toward it undid the retrieval the lag restores.
 
 Then each map is blended toward the identity, W_α = I + α(W − I), b_α = α b, with α in
 [0, 1] chosen on the held-out statistics (their squared error is a parabola in α): α = 1
@@ -153,6 +154,7 @@ class _Candidate:
     lam: float
     alpha: float
     sse: float  # held-out, of the blended map fitted on training statistics
+    sse_plain: float  # held-out, of the same map before the blend
     w: np.ndarray  # (d, d_in) final map
     b: np.ndarray
 
@@ -177,7 +179,7 @@ class _Kind:
         fa, fmu = self.final_eig.a_matrix(self.final, j)
         w, b = self.final_eig.solve(fa, fmu, grid[best] * self.final_eig.scale)
         eye = np.eye(*w.shape)
-        return _Candidate(float(grid[best]), grid[best] * self.final_eig.scale, alpha, sse,
+        return _Candidate(float(grid[best]), grid[best] * self.final_eig.scale, alpha, sse, float(errs[best]),
                           eye + alpha * (w - eye), alpha * b)
 
 
@@ -206,12 +208,15 @@ def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blen
     fits, weights, biases = [], np.empty((tr.m, d, d), np.float32), np.empty((tr.m, d), np.float32)
     weights_prev = np.zeros((tr.m, d, d), np.float32)
     c_rows = [row.layer(j, grid, blend) for j in range(tr.m)]
-    c_lags = [lag.layer(j, grid, blend) if lag else None for j in range(tr.m)]
-    lagged = lag is not None and any(cl.sse <= (1.0 - lag_gain) * cr.sse for cr, cl in zip(c_rows, c_lags))
+    # lagged maps are not blended toward the identity: it is the predictor that drops the previous row,
+    # and blending toward it (α 0.82-0.88 at SmolLM2 split 16) gave back most of the retrieval the lag bought
+    c_lags = [lag.layer(j, grid, blend=False) if lag else None for j in range(tr.m)]
+    # the gain of the previous row, blend aside: lagged against per-row ridge, both at their own λ
+    lagged = lag is not None and any(cl.sse <= (1.0 - lag_gain) * cr.sse_plain for cr, cl in zip(c_rows, c_lags))
     for j, layer in enumerate(stats.layers):
         sst = heldout_sst(ho, j)
         c_row, c_lag = c_rows[j], c_lags[j]
-        use_lag = lagged and c_lag.sse < c_row.sse
+        use_lag = lagged and c_lag.sse < c_row.sse_plain
         c = c_lag if use_lag else c_row
         sse_id = heldout_sse(np.eye(d), np.zeros(d), row.ho, j)
         fits.append(LayerFit(
