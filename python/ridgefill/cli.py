@@ -70,9 +70,7 @@ def _cmd_fit(args) -> int:
         if args.stats_out:
             stats.save(args.stats_out)
     maps = pipeline.fit_and_pack(args.base, stats, args.output, args.type, _defaults(args), args.maps_out,
-                                 blend=not args.no_identity_blend, lam=args.lam,
-                                 **({"lag_gain": None} if args.no_lag else {} if args.lag_gain is None else
-                                    {"lag_gain": args.lag_gain}))
+                                 blend=not args.no_identity_blend, lam=args.lam, lag_gain=_lag_gain(args))
     for name, prov in (("training", stats.provenance), ("held-out", stats.heldout_provenance)):
         print(f"{name}: {prov.summary()}")
     print(ridge.report(maps))
@@ -82,6 +80,14 @@ def _cmd_fit(args) -> int:
     if args.output:
         print(f"wrote {args.output}")
     return 0
+
+
+def _lag_gain(args) -> float | None:
+    from . import ridge
+
+    if args.no_lag:
+        return None
+    return ridge.DEFAULT_LAG_GAIN if args.lag_gain is None else args.lag_gain
 
 
 def _defaults(args):

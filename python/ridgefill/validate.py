@@ -90,28 +90,27 @@ def _in_range(name: str, v, lo: int, hi: int, optional: bool = False, bound_name
     return Check(name, True, f"{key} = {v}")
 
 
+_MAP_TENSORS = ("ridge_map.weight", "ridge_map.bias", "ridge_map_prev.weight")  # blk.{l}.<one of these>
+
+
 def _maps(reader, split: int | None, n_layer: int, n_embd: int) -> Check:
     tensors = {t.name: t for t in reader.tensors if ".ridge_map." in t.name or ".ridge_map_prev." in t.name}
     if split is None:
         return Check("maps", False, "maps not checked: no valid ridgefill.split_layer")
-    for name, t in sorted(tensors.items()):
-        layer = int(name.split(".")[1])
-        if not split < layer < n_layer:
+    for name in sorted(tensors):
+        blk, layer, rest = (name.split(".", 2) + ["", ""])[:3]
+        if blk != "blk" or not layer.isdigit() or rest not in _MAP_TENSORS:
+            return Check("maps", False, f"{name}: not a RidgeFill map tensor")
+        if not split < int(layer) < n_layer:
             return Check("maps", False, f"{name}: map for a layer outside ({split}, {n_layer})")
-    for layer in range(split + 1, n_layer):
-        bad = _map_problem(tensors.get(MAP_WEIGHT.format(layer)), tensors.get(MAP_BIAS.format(layer)), layer, n_embd)
-        if bad:
-            return Check("maps", False, bad)
     n_prev = 0
     for layer in range(split + 1, n_layer):
         prev = tensors.get(MAP_PREV.format(layer))
-        bad = prev is not None and _weight_problem(prev, n_embd)
+        bad = (_map_problem(tensors.get(MAP_WEIGHT.format(layer)), tensors.get(MAP_BIAS.format(layer)), layer, n_embd)
+               or (prev is not None and _weight_problem(prev, n_embd)))
         if bad:
             return Check("maps", False, bad)
         n_prev += prev is not None
-    extra = [n for n in tensors if n.split(".", 2)[2] not in ("ridge_map.weight", "ridge_map.bias", "ridge_map_prev.weight")]
-    if extra:
-        return Check("maps", False, f"{extra[0]}: not a RidgeFill map tensor")
     return Check("maps", True, f"{n_layer - split - 1} maps ({n_prev} also reading the previous row), "
                                f"f32/f16 {n_embd}x{n_embd}, finite")
 
@@ -168,21 +167,15 @@ def _weight_problem(w, d: int) -> str | None:
 
 
 def _map_problem(w, b, layer: int, d: int) -> str | None:
-    name_w, name_b = MAP_WEIGHT.format(layer), MAP_BIAS.format(layer)
     if w is None:
-        return f"{name_w}: missing"
-    if w.tensor_type not in MAP_WEIGHT_TYPES:
-        return f"{name_w}: type {w.tensor_type.name} is not supported (f32 or f16)"
-    if _ne(w) != [d, d]:
-        return f"{name_w}: shape {_ne(w)}, expected [{d}, {d}]"
+        return f"{MAP_WEIGHT.format(layer)}: missing"
     if b is not None and b.tensor_type != gguf.GGMLQuantizationType.F32:
-        return f"{name_b}: type {b.tensor_type.name}, biases must be F32"
+        return f"{b.name}: type {b.tensor_type.name}, biases must be F32"
     if b is not None and _ne(b) != [d]:
-        return f"{name_b}: shape {_ne(b)}, expected [{d}]"
-    for t in (w, b):
-        if t is not None and not np.isfinite(np.asarray(t.data)).all():
-            return f"{t.name}: non-finite value (NaN or Inf)"
-    return None
+        return f"{b.name}: shape {_ne(b)}, expected [{d}]"
+    if b is not None and not np.isfinite(np.asarray(b.data)).all():
+        return f"{b.name}: non-finite value (NaN or Inf)"
+    return _weight_problem(w, d)
 
 
 def _finite_stats(reader) -> Check:
