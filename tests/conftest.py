@@ -112,6 +112,22 @@ def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str 
     return Model(pack.pack(base, maps, ident, Provenance(), out, map_type=map_type)), maps
 
 
+def write_gguf(path, keys: dict, tensors: dict, arch: str = "llama"):
+    """A small GGUF by hand: int keys as uint32, others as strings; tensors as given."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), arch)
+    for k, v in keys.items():
+        w.add_uint32(k, v) if isinstance(v, int) else w.add_string(k, v)
+    for name, data in tensors.items():
+        w.add_tensor(name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def check_lagged_inputs(model, maps, tokens, split: int, late: list[int], n_batch: int, n_ubatch: int,
                         sinks: int, tail: int) -> None:
     """Captured inputs of filled late layers = W_l h_s(t) + W_prev,l h_s(t-1) + b_l in numpy, h_s(t-1) being

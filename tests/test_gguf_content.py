@@ -1,25 +1,12 @@
 """gguf_io.content_sha256: a digest of what a GGUF holds (keys, tensors), not of its bytes."""
 
-import gguf
 import numpy as np
 
+from conftest import write_gguf as _gguf
 from ridgefill.fetch import sha256_file
 from ridgefill.gguf_io import content_sha256
 
 W = np.arange(12, dtype=np.float32).reshape(3, 4)
-
-
-def _gguf(path, keys: dict, tensors: dict):
-    w = gguf.GGUFWriter(str(path), "llama")
-    for k, v in keys.items():
-        w.add_uint32(k, v) if isinstance(v, int) else w.add_string(k, v)
-    for name, data in tensors.items():
-        w.add_tensor(name, data)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
 
 
 def test_an_added_tensor_and_key_change_the_file_not_the_content_without_them(tmp_path):

@@ -1,28 +1,18 @@
 """The Python side of the loader's RidgeFill checks (validate.py) on small hand-made GGUFs: no model loads."""
 
-import gguf
 import numpy as np
 import pytest
 
+from conftest import write_gguf
 from ridgefill import validate
 
 D, N_LAYER, SPLIT = 8, 4, 1
+KEYS = {"llama.block_count": N_LAYER, "llama.embedding_length": D, "llama.context_length": 64,
+        "ridgefill.format_version": 1, "ridgefill.split_layer": SPLIT}
 
 
 def _write(path, tensors: dict[str, np.ndarray]):
-    w = gguf.GGUFWriter(path, arch="llama")
-    w.add_block_count(N_LAYER)
-    w.add_embedding_length(D)
-    w.add_context_length(64)
-    w.add_uint32("ridgefill.format_version", 1)
-    w.add_uint32("ridgefill.split_layer", SPLIT)
-    for name, arr in tensors.items():
-        w.add_tensor(name, arr)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return write_gguf(path, KEYS, tensors)
 
 
 def _maps(**extra) -> dict[str, np.ndarray]:
