@@ -136,6 +136,12 @@ def test_lagged_layer_inputs_read_the_previous_row(lagged_maps, prompt, n_batch,
                         n_batch=n_batch, n_ubatch=n_ubatch, sinks=SINKS, tail=TAIL)
 
 
+def test_a_lagged_fill_from_position_0_reads_the_first_row_itself(lagged_maps, prompt):
+    """Without sinks the first filled row has no predecessor: it stands for itself, as in the fit."""
+    model, maps = lagged_maps
+    check_lagged_inputs(model, maps, prompt, SPLIT, [SPLIT + 1], n_batch=N, n_ubatch=64, sinks=0, tail=TAIL)
+
+
 def test_fill_errors_are_python_exceptions(smollm2, random_maps):
     ctx = smollm2.context(n_ctx=256, threads=2)
     with pytest.raises(ValueError, match="needs ridge maps"):
