@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # SmolLM2-135M, 4K, splits 15-16: the default fit (lagged maps: the previous row cuts layers 17-18's held-out
 # error by 15-26 %), in the fork. Fits with the frontier's capture settings; then the frontier's 24 needle items
-# and 24 loss documents (item files copied, so every record pairs with the frontier's exact and identity
-# records through bench/compare_stores.py) in ridge mode (the loss eval also runs exact, which defines the
-# distant-dependent tokens); then llama-bench TTFT, exact / identity / ridge
-# interleaved. Resumable: fits are skipped when present, the evals resume from their stores, and the TTFT
-# runs are skipped when their JSON exists.
+# (item files copied, so every record pairs with the frontier's exact and identity records through
+# bench/compare_stores.py) in ridge mode; then llama-bench TTFT, exact / identity / ridge interleaved.
+# Resumable: fits are skipped when present, the eval resumes from its store, and the TTFT runs are skipped
+# when their JSON exists.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 R=bench/results/lag-fork-smollm2
@@ -16,17 +15,14 @@ for s in 15 16; do
 done
 COMMON=(--model $R/fit/s15.gguf --model $R/fit/s16.gguf --split 15 16 --sinks 4 --tail 1024 --lengths 4096
         --modes ridge --threads 2 --no-plots --quiet)
-mkdir -p $R/needles $R/loss
+mkdir -p $R/needles
 [ -d $R/needles/items ] || cp -r $F/eval/items $R/needles/
-[ -d $R/loss/items ] || cp -r $F/eval/items $R/loss/
 .venv/bin/ridgefill eval needle "${COMMON[@]}" --items 6 --out $R/needles \
   --needle-tasks single/noise/number single/prose/number multivalue/noise/number multiquery/prose/number
-.venv/bin/ridgefill eval loss "${COMMON[@]}" --modes exact ridge --docs 24 --out $R/loss  # exact defines the distant tokens
 for s in 15 16; do
   [ -f $R/ttft-s$s.json ] || .venv/bin/ridgefill bench ttft --model $R/fit/s$s.gguf --lengths 4096 --runs 3 \
     --modes exact identity ridge --paths llama-bench --threads 2 --sinks 4 --tail 1024 --json-out $R/ttft-s$s.json
 done
 for s in 15 16; do
   .venv/bin/python bench/compare_stores.py --split $s $F/eval $R/needles:ridge
-  .venv/bin/python bench/compare_stores.py --split $s --metric loss_distant $F/eval $R/loss:ridge
 done
