@@ -55,7 +55,9 @@ class LayerFit:
     rel_err_identity: float
     blend: float = 1.0  # α of W = I + α(W_ridge − I); r2_ridge and rel_err_ridge are the blended map's
     lag: bool = False  # the map also reads the previous row's split state (Maps.weights_prev)
-    r2_row: float | None = None  # held-out R² of the per-row map and of the lagged one, whichever was kept
+    # held-out R² of the per-row map before its blend and of the lagged map, whichever was kept: the two
+    # the lag decision compares (its gain is 1 - (1 - r2_lag) / (1 - r2_row))
+    r2_row: float | None = None
     r2_lag: float | None = None
 
 
@@ -229,7 +231,7 @@ def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blen
             rel_err_identity=float(np.sqrt(max(sse_id, 0.0) / sst)),
             blend=c.alpha,
             lag=use_lag,
-            r2_row=1.0 - c_row.sse / sst,
+            r2_row=1.0 - c_row.sse_plain / sst,
             r2_lag=None if c_lag is None else 1.0 - c_lag.sse / sst,
         ))
         weights[j], biases[j] = c.w[:, :d], c.b
@@ -241,7 +243,7 @@ def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blen
 
 
 def report(maps: Maps) -> str:
-    lines = ["layer  input   λ/scale     α  R² ridge  R² identity  rel.err ridge  rel.err identity  R² per-row  R² lagged",
+    lines = ["layer  input   λ/scale     α  R² ridge  R² identity  rel.err ridge  rel.err identity  R² row α=1  R² lagged",
              "-----  -----  --------  ----  --------  -----------  -------------  ----------------  ----------  ---------"]
     num = lambda v: "" if v is None else f"{v:.4f}"
     for f in maps.fits:
