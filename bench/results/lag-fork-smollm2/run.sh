@@ -21,7 +21,7 @@ mkdir -p $R/needles
   --needle-tasks single/noise/number single/prose/number multivalue/noise/number multiquery/prose/number
 for s in 15 16; do
   [ -f $R/ttft-s$s.json ] || .venv/bin/ridgefill bench ttft --model $R/fit/s$s.gguf --lengths 4096 --runs 3 \
-    --modes exact identity ridge --paths llama-bench --threads 2 --sinks 4 --tail 1024 --json-out $R/ttft-s$s.json
+    --modes exact identity ridge --paths bench --threads 2 --sinks 4 --tail 1024 --json-out $R/ttft-s$s.json
 done
 for s in 15 16; do
   .venv/bin/python bench/compare_stores.py --split $s $F/eval $R/needles:ridge
