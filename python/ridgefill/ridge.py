@@ -135,9 +135,8 @@ def grid_sse(eig: "_Eig", a: np.ndarray, mu_y: np.ndarray, ho: Moments, j: int, 
 
 
 def best_blend(w: np.ndarray, b: np.ndarray, ho: Moments, j: int) -> tuple[float, float]:
-    """(α, held-out SSE) minimising the error of E + α(W − E), α b over α in [0, 1], where E = [I, 0]
-    is the identity on the row's own split state (and ignores the previous row's)."""
-    eye = np.eye(*w.shape)
+    """(α, held-out SSE) minimising the error of I + α(W − I), α b over α in [0, 1] (per-row maps)."""
+    eye = np.eye(len(b))
     e0, e1 = heldout_sse(eye, 0 * b, ho, j), heldout_sse(w, b, ho, j)
     eh = heldout_sse((eye + w) / 2, b / 2, ho, j)
     c = 2.0 * (e1 + e0 - 2.0 * eh)  # SSE(α) = e0 + β α + c α², through α = 0, 1/2, 1
