@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import costmodel, pack, runtime
+from . import costmodel, pack
 from .errors import RidgefillError
 from .route import parse_mode
+from .split_prefill import nothing_filled
 from .server import LlamaServer, ridgefill_flags, tool_path, ttft_ms
 from .ttft_report import LengthResult, summarize
 
@@ -197,7 +198,7 @@ def _resolve(model, modes, split, sinks, tail):
 def _warn_unfilled(lengths, modes, sinks: int, tail: int, progress) -> None:
     if any(m != "exact" for m in modes):
         for n in lengths:
-            warning = runtime.nothing_filled(n, sinks, tail)
+            warning = nothing_filled(n, sinks, tail)
             if warning:
                 progress(warning)
 

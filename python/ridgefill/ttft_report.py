@@ -14,8 +14,9 @@ import os
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from . import costmodel, runtime
+from . import costmodel
 from .route import parse_mode
+from .split_prefill import fill_range
 
 
 @dataclass
@@ -32,7 +33,7 @@ class LengthResult:
 def summarize(model, results, shape, split, sinks, tail, threads, modes, maps: int = 0, lagged: int = 0) -> dict:
     rows = []
     for r in results:
-        lo, hi = runtime.fill_range(r.n_tokens, sinks, tail)
+        lo, hi = fill_range(r.n_tokens, sinks, tail)
         row = {"n_tokens": r.n_tokens, "median_ms": {m: r.median(m) for m in modes}, "samples_ms": r.ms,
                "peak_rss_mb": r.peak_rss_mb, "fill_rows": r.rows, "n_fill_range": hi - lo}
         for mode in modes:
