@@ -443,6 +443,12 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--identity-maps", type=int, metavar="S", help="add identity ridge maps fitted 'at' split S")
     sy.set_defaults(func=_cmd_synth)
 
+    from . import upstream
+
+    up = sub.add_parser("upstream", help="the upstream llama.cpp tree and the patch series (prepare, export, rebase, ...)")
+    upstream.add_commands(up.add_subparsers(dest="upstream_cmd", required=True))
+    up.set_defaults(func=upstream.run)
+
     from .cli_eval import add_eval_parser
 
     add_eval_parser(sub)

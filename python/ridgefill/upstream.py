@@ -6,7 +6,8 @@ one commit for upstream (tag `upstream`) and one commit per file in ggml-patches
 Developers edit that tree, commit, and `export` writes the commits back as the series.
 
 Only files a patch touches are rewritten when the series changes (git reset + git am),
-so CMake's persistent build folder recompiles just those.
+so CMake's persistent build folder recompiles just those. `rebase` (upstream_rebase.py) moves the
+series to another upstream.
 """
 
 from __future__ import annotations
@@ -77,24 +78,68 @@ def _git(tree: Path, *args: str, check: bool = True, env: dict | None = None) ->
 
 def _unpack_base(tree: Path) -> None:
     """Fresh work tree: the sdist's vendor/llama.cpp committed and tagged `upstream`."""
-    sdist = fetch_sdist()
+    unpack_base(tree, fetch_sdist(), f"upstream llama.cpp {UPSTREAM_COMMIT} ({SDIST_SPEC} sdist)", SDIST_VENDOR)
+
+
+def unpack_base(tree: Path, source: Path, message: str, prefix: str = "") -> None:
+    """Fresh git work tree at `tree`: `source` committed as `message` and tagged `upstream`.
+
+    `source` is a folder, or a tarball whose members under `prefix` form the tree.
+    """
     staging = tree.with_name(tree.name + ".unpacking")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    with tarfile.open(sdist) as tf:
-        members = [m for m in tf.getmembers() if m.name.startswith(SDIST_VENDOR)]
-        for m in members:
-            m.name = m.name[len(SDIST_VENDOR):]
-        # the vendored tree is a submodule: its `.git` file points outside the sdist
-        keep = [m for m in members if m.name and m.name != ".git"]
-        tf.extractall(staging, members=keep, filter="data")
+    if source.is_dir():
+        _copy_source(source, staging)
+    else:
+        _extract(source, staging, prefix)
+    if not any(staging.iterdir()):
+        raise UpstreamError(f"{source} holds no files{f' under {prefix}' if prefix else ''}")
     _git(staging, "init", "-q", "-b", "main")
     _git(staging, "config", "core.autocrlf", "false")
     _git(staging, "add", "-A", "-f")
     date = {"GIT_AUTHOR_DATE": _BASE_DATE, "GIT_COMMITTER_DATE": _BASE_DATE}
-    _git(staging, "commit", "-q", "--no-verify", "-m", f"upstream llama.cpp {UPSTREAM_COMMIT} ({SDIST_SPEC} sdist)", env=date)
+    _git(staging, "commit", "-q", "--no-verify", "-m", message, env=date)
     _git(staging, "tag", "upstream")
     os.replace(staging, tree)
+
+
+def tar_names(archive: Path) -> list[str]:
+    with tarfile.open(archive) as tf:
+        return [_tar_name(n) for n in tf.getnames()]
+
+
+def _tar_name(name: str) -> str:
+    while name.startswith("./"):
+        name = name[2:]
+    return "" if name == "." else name
+
+
+def _extract(archive: Path, dest: Path, prefix: str) -> None:
+    with tarfile.open(archive) as tf:
+        keep = []
+        for m in tf.getmembers():
+            name = _tar_name(m.name)
+            if not name.startswith(prefix):
+                continue
+            m.name = name[len(prefix):]
+            if m.islnk():
+                m.linkname = _tar_name(m.linkname)[len(prefix):]
+            # a vendored tree is a submodule: its `.git` file points outside the sdist
+            if m.name and m.name.split("/")[0] != ".git":
+                keep.append(m)
+        tf.extractall(dest, members=keep, filter="data")
+
+
+def _copy_source(src: Path, dest: Path) -> None:
+    """A checkout's tracked files (its build outputs stay behind), or a plain folder without `.git`."""
+    if not (src / ".git").exists():
+        shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git"))
+        return
+    for name in _git(src, "ls-files", "-z", "--cached").split("\0"):
+        if name and ((src / name).is_file() or (src / name).is_symlink()):
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / name, dest / name, follow_symlinks=False)
 
 
 def _stamp_path(tree: Path) -> Path:
@@ -191,9 +236,8 @@ def build_commit() -> str:
     return f"{UPSTREAM_COMMIT}+rf.{series_hash()[:8]}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ridgefill.upstream", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
+def add_commands(sub) -> None:
+    """The subcommands, on `sub` (subparsers with dest `upstream_cmd`); `ridgefill upstream` shares them."""
     sub.add_parser("fetch", help="download and verify the pinned sdist; print its path")
     p = sub.add_parser("prepare", help="build/llama.cpp = upstream + ggml-patches/")
     p.add_argument("--force", action="store_true", help="drop local commits/changes in the tree")
@@ -202,23 +246,38 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--tree", type=Path)
     sub.add_parser("status", help="is the tree in step with ggml-patches/?")
     sub.add_parser("build-commit", help="print the build identifier")
-    args = ap.parse_args(argv)
+    from .upstream_rebase import add_command as add_rebase
+
+    add_rebase(sub)
+
+
+def run(args) -> int:
     try:
-        if args.cmd == "fetch":
+        if args.upstream_cmd == "fetch":
             print(fetch_sdist())
-        elif args.cmd == "prepare":
+        elif args.upstream_cmd == "prepare":
             print(prepare(args.tree, force=args.force))
-        elif args.cmd == "export":
+        elif args.upstream_cmd == "export":
             for p in export(args.tree):
                 print(p)
-        elif args.cmd == "status":
+        elif args.upstream_cmd == "status":
             print(status())
-        elif args.cmd == "build-commit":
+        elif args.upstream_cmd == "build-commit":
             print(build_commit())
-    except (UpstreamError, fetch.FetchError) as err:
+        elif args.upstream_cmd == "rebase":
+            from .upstream_rebase import run as run_rebase
+
+            return run_rebase(args)
+    except RidgefillError as err:  # not UpstreamError: under `python -m`, upstream_rebase raises ridgefill.upstream's
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ridgefill.upstream", description=__doc__.split("\n")[0])
+    add_commands(ap.add_subparsers(dest="upstream_cmd", required=True))
+    return run(ap.parse_args(argv))
 
 
 if __name__ == "__main__":
