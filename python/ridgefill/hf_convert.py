@@ -3,7 +3,7 @@
 Step one of the HF path: the pinned upstream's `convert_hf_to_gguf.py` (from the patched tree
 under build/llama.cpp, with its own gguf-py) writes the GGUF, and the built `llama-quantize`
 optionally quantizes it. Step two is `ridgefill fit` on the result; the ridge maps it adds stay
-F16/F32 (and llama-quantize of an augmented GGUF leaves them alone, patch 0004).
+F16/F32 (and llama-quantize of an augmented GGUF leaves them alone: the series' loader patch).
 """
 
 from __future__ import annotations

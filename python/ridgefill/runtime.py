@@ -14,7 +14,7 @@ from .split_prefill import PrefillResult, fill_range, head_stop, nothing_filled 
 
 GGUF_MAGIC = b"GGUF"
 
-# architectures whose graph builders record each layer's input (upstream + patch 0003);
+# architectures whose graph builders record each layer's input (upstream + the series' `models : expose layer inputs`);
 # capture on any other architecture would abort inside llama.cpp, so it is refused here
 CAPTURE_ARCHS = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "qwen35", "qwen35moe", "qwen3next"})
 
