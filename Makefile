@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 BUILD_INPUTS := pyproject.toml CMakeLists.txt $(wildcard cpp/*) $(wildcard ggml-patches/*.patch) python/ridgefill/upstream.py
 
-.PHONY: setup deps test test-fast demo patches-apply patches-export clean
+.PHONY: setup deps test test-fast demo patches-apply patches-export check-series clean
 
 all: setup
 
@@ -51,6 +51,13 @@ patches-apply: $(VENV)/.deps
 
 patches-export:
 	PYTHONPATH=python $(PY) -m ridgefill.upstream export
+
+# Bisect safety: every prefix of the series builds (fresh upstream, one build per patch), then the fast suite.
+check-series: setup
+	@start=$$(date +%s); \
+	PYTHONPATH=python $(PY) -m ridgefill.upstream check-series; \
+	$(PY) -m pytest -q -m "not slow"; \
+	echo "check-series: $$(( $$(date +%s) - start )) s"
 
 clean:
 	rm -rf build/cmake $(VENV)

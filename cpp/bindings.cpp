@@ -6,7 +6,7 @@
 #include "ggml-backend.h"
 #include "llama.h"
 #include "llama-ext.h"
-#include "llama-rf-state.h"
+#include "llama-rf.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>

@@ -249,6 +249,9 @@ def add_commands(sub) -> None:
     from .upstream_rebase import add_command as add_rebase
 
     add_rebase(sub)
+    from .series_check import add_command as add_check
+
+    add_check(sub)
 
 
 def run(args) -> int:
@@ -268,6 +271,10 @@ def run(args) -> int:
             from .upstream_rebase import run as run_rebase
 
             return run_rebase(args)
+        elif args.upstream_cmd in ("check-series", "series-doc"):
+            from .series_check import run as run_check
+
+            return run_check(args)
     except RidgefillError as err:  # not UpstreamError: under `python -m`, upstream_rebase raises ridgefill.upstream's
         print(f"error: {err}", file=sys.stderr)
         return 1
