@@ -31,7 +31,9 @@ def test_bench_report_renders_saved_runs_and_refuses_other_json(tmp_path, capsys
     saved.write_text(json.dumps({"llama-bench": _summary([100.0, 120.0, 90.0], [80.0, 60.0, 75.0])}))
     assert cli.main(["bench", "report", str(saved), "--plot", str(tmp_path / "ttft.png")]) == 0
     assert "1.33x (1.20-2.00) /" in capsys.readouterr().out
-    assert (tmp_path / "ttft.png").stat().st_size > 0
+    import matplotlib.pyplot as plt
+
+    assert plt.imread(tmp_path / "ttft.png").shape[:2] == (462, 1210)  # figsize (11, 4.2) at 110 dpi
 
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"shapes": [1, 2]}))
@@ -95,8 +97,20 @@ def test_routing_cost_pairs_each_routed_mode_with_its_base_round_by_round(tmp_pa
     row = md.splitlines()[-1]
     assert row.startswith(f"| 4096 | ridge@10 | 311 | {80 / 84:.3f}x ({0.9:.3f}-{160 / 150:.3f}) | {model:.3f}x |")
     assert "routing's own cost" not in ttft_report.markdown(_summary([100.0], [80.0]))
-    ttft_report.plot([summ], str(tmp_path / "p.png"))  # routed modes get colours of their own
-    assert (tmp_path / "p.png").stat().st_size > 0
+    import matplotlib.pyplot as plt
+
+    fig = ttft_report.figure([summ])
+    ax_t, ax_r = fig.axes
+    lines = {l.get_label(): l for l in ax_t.get_lines()}
+    assert set(lines) == {f"{m} (llama-bench)" for m in modes}
+    for m in modes:
+        assert list(lines[f"{m} (llama-bench)"].get_ydata()) == [summ["results"][0]["median_ms"][m] / 1000]
+    bound = [l for l in ax_r.get_lines() if l.get_label().startswith("cost-model bound")]
+    assert len(bound) == 1 and list(bound[0].get_ydata()) == [summ["results"][0][f"bound_{modes[-1]}"]]
+    colours = {l.get_color() for l in ax_t.get_lines()}
+    assert len(colours) == len(modes)  # routed modes get colours of their own
+    assert ax_t.get_xscale() == "log" and "TTFT" in ax_t.get_ylabel() and "split 15" in ax_r.get_title()
+    plt.close(fig)
 
 
 def test_rounds_alternate_their_order_so_a_drift_favours_no_mode():

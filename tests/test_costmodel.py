@@ -63,6 +63,7 @@ def test_bound_is_one_without_filled_rows_and_grows_with_length():
     assert bound(sh, 8192, 15, 4, 1024) > bound(sh, 8192, 18, 4, 1024)
 
 
+@pytest.mark.slow  # reads the 98 MB test model's tokenizer
 @pytest.mark.parametrize("name", ["tiny-qwen35", "tiny-qwen35moe", "tiny-qwen3next", "tiny-qwen3moe", "tiny-llama"])
 def test_shape_from_gguf_matches_the_synthetic_shape(name, tmp_path, smollm2_path):
     src = synth.SHAPES[name]

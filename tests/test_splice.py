@@ -18,9 +18,15 @@ def test_with_exact_norms_keeps_direction_and_takes_norm():
     np.testing.assert_allclose(cos, 1.0, rtol=1e-5)
 
 
-def test_splice_variants_are_registered():
-    names = [v.name for v in variants_named(["ridge-k", "ridge-v", "ridge-knorm", "ridge-kv", "identity-kv"])]
-    assert names == ["ridge-k", "ridge-v", "ridge-knorm", "ridge-kv", "identity-kv"]
+def test_splice_variants_fill_in_their_mode_and_splice_their_parts(monkeypatch):
+    seen = []
+    monkeypatch.setattr(splice, "splice", lambda head, parts: seen.append((head, parts)))
+    for v in variants_named(["ridge-k", "ridge-v", "ridge-knorm", "ridge-kv", "identity-kv", "ridge-state"]):
+        mode, part = v.name.split("-", 1)
+        assert (v.mode, v.route, v.split_free) == (mode, 0.0, False)
+        v.hook("head")
+        assert seen.pop() == ("head", splice.PARTS[part])
+    assert splice.PARTS["kv"] == ("k", "v") and splice.PARTS["knorm"] == ("knorm",)
 
 
 @pytest.mark.slow

@@ -94,7 +94,15 @@ def test_report_shows_intervals_and_both_speeds(tmp_path):
     md = frontier.markdown([r], "t")
     assert "1.30x [1.25, 1.35] (bound 1.36x)" in md and "+20.0 [+5.0, +35.0]" in md and "+0.050 [+0.040, +0.060]" in md
     assert "– (bound 1.37x)" in md  # identity was not timed
-    assert frontier.plot([r], tmp_path / "f.png").stat().st_size > 0
+    import matplotlib.pyplot as plt
+
+    assert plt.imread(frontier.plot([r], tmp_path / "f.png")).shape[:2] == (540, 840)  # (7, 4.5) at 120 dpi
+    fig = frontier.figure([r], "t")
+    lines = {l.get_label(): (list(l.get_xdata()), list(l.get_ydata())) for l in fig.axes[0].get_lines()}
+    assert lines["ridge, N=4096, T=1024"] == ([1.3], [0.75])  # measured speed-up; 60 of exact's 80
+    assert lines["identity, N=4096, T=1024"] == ([1.37], [0.0])  # not timed: the bound
+    assert lines["exact"][1] == [1.0, 1.0] and fig.axes[0].get_title() == "t"
+    plt.close(fig)
 
 
 @pytest.mark.slow

@@ -247,6 +247,17 @@ def recorded_commands(work: Path) -> list[str]:
 def plot(rows: list[dict], out_png: Path, title: str = "") -> Path:
     """x = speed-up (measured, else the bound), y = needle score as a share of exact; one line per
     fill mode and prompt length; exact is the ceiling at 1."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(rows, title)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=120)
+    plt.close(fig)
+    return out_png
+
+
+def figure(rows: list[dict], title: str = ""):
+    """plot()'s matplotlib figure (one axes)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -272,10 +283,7 @@ def plot(rows: list[dict], out_png: Path, title: str = "") -> Path:
     ax.set_title(title or "quality vs speed")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=120)
-    plt.close(fig)
-    return out_png
+    return fig
 
 
 def check_budgets(budget_needles: float, budget_loss: float) -> None:

@@ -131,6 +131,16 @@ def _color(mode: str, modes: list[str]) -> str:
 
 def plot(summaries: list[dict], out_png: str) -> str:
     """TTFT per mode and speed-up vs prompt length for each path; the cost-model bound dashed."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(summaries)
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return out_png
+
+
+def figure(summaries: list[dict]):
+    """plot()'s matplotlib figure: axes[0] TTFT (s) per mode, axes[1] speed-up per fill mode and the bound."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -163,6 +173,4 @@ def plot(summaries: list[dict], out_png: str) -> str:
         ax.legend(fontsize=8)
     fig.suptitle(f"{os.path.basename(s0['model'])}, {s0['threads']} threads")
     fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
-    return out_png
+    return fig
