@@ -8,7 +8,8 @@
 #
 # Env: RF_CUDA_ARCH (90 = H100/H200, the default; 80 = A100), RF_OUT (results folder; default $OUT or
 # bench/out), RF_LENGTHS, RF_SHAPES, RF_RUNS, RF_MODES (default exact identity ridge ridge@10), RF_DEADLINE_S (start no new length after it; default 420),
-# RF_CARRY (the carry folder; default build/gpu-carry).
+# RF_CARRY (the carry folder; default build/gpu-carry), RF_CMAKE_ARGS (extra CMake flags of the CUDA build, e.g.
+# -DGGML_CUDA_FA=OFF to build in less time when flash attention is not measured).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 carry="${RF_CARRY:-$repo/build/gpu-carry}"
@@ -56,7 +57,7 @@ run)
     export PYTHONPATH="/tmp/rf-site:$repo/python"
     unpack
     say "CUDA build of llama-bench for sm_$arch (log: $out/gpu-build.log)"
-    configure "$work/build" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DGGML_NATIVE=ON
+    configure "$work/build" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DGGML_NATIVE=ON ${RF_CMAKE_ARGS:-}
     cmake --build "$work/build" --target llama-bench -j"$(nproc)" > "$out/gpu-build.log" 2>&1 &
     build=$!
     say "writing the synthetic models while it builds"
