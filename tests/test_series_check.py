@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ridgefill import series_check, upstream
+from ridgefill import series_check, series_doc, upstream
 
 GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}
@@ -43,11 +43,11 @@ index 1111111..2222222 100644
 def test_describe_reads_subject_first_paragraph_and_files(tmp_path):
     p = tmp_path / "0001-x.patch"
     p.write_text(PATCH)
-    subject, first, files = series_check.describe(p)
+    subject, first, files = series_doc.describe(p)
     assert subject == "graph : a subject long enough that git folds it over two lines of the header"
     assert first == "First paragraph, which says what the patch does."
     assert files == ["src/a.c"]
-    table = series_check.series_markdown([p])
+    table = series_doc.series_markdown([p])
     assert "| 1 | `graph : a subject long enough" in table and "`src/a.c`" in table
 
 
@@ -55,20 +55,20 @@ def test_update_doc_rewrites_only_the_generated_section(tmp_path):
     p = tmp_path / "0001-x.patch"
     p.write_text(PATCH)
     doc = tmp_path / "series.md"
-    doc.write_text(f"# head\n\n{series_check.DOC_BEGIN}\nold table\n{series_check.DOC_END}\n\ntail\n")
-    assert series_check.update_doc(doc, [p])
+    doc.write_text(f"# head\n\n{series_doc.DOC_BEGIN}\nold table\n{series_doc.DOC_END}\n\ntail\n")
+    assert series_doc.update_doc(doc, [p])
     text = doc.read_text()
     assert text.startswith("# head\n") and text.endswith("\ntail\n") and "old table" not in text
     assert "First paragraph" in text
-    assert not series_check.update_doc(doc, [p])  # already current
+    assert not series_doc.update_doc(doc, [p])  # already current
     doc.write_text("no markers\n")
     with pytest.raises(upstream.UpstreamError, match="no generated series section"):
-        series_check.update_doc(doc, [p])
+        series_doc.update_doc(doc, [p])
 
 
 def test_docs_series_table_is_current():
-    doc = series_check.doc_path().read_text()
-    assert series_check.series_markdown(upstream.series()) in doc, "run `ridgefill upstream series-doc`"
+    doc = series_doc.doc_path().read_text()
+    assert series_doc.series_markdown(upstream.series()) in doc, "run `ridgefill upstream series-doc`"
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -250,8 +250,10 @@ def add_commands(sub) -> None:
 
     add_rebase(sub)
     from .series_check import add_command as add_check
+    from .series_doc import add_command as add_doc
 
     add_check(sub)
+    add_doc(sub)
 
 
 def run(args) -> int:
@@ -271,10 +273,14 @@ def run(args) -> int:
             from .upstream_rebase import run as run_rebase
 
             return run_rebase(args)
-        elif args.upstream_cmd in ("check-series", "series-doc"):
+        elif args.upstream_cmd == "check-series":
             from .series_check import run as run_check
 
             return run_check(args)
+        elif args.upstream_cmd == "series-doc":
+            from .series_doc import run as run_doc
+
+            return run_doc(args)
     except RidgefillError as err:  # not UpstreamError: under `python -m`, upstream_rebase raises ridgefill.upstream's
         print(f"error: {err}", file=sys.stderr)
         return 1
