@@ -585,6 +585,15 @@ PYBIND11_MODULE(_core, m) {
 
     m.def("version", [] { return std::string(llama_version()); }, "libllama version string (identifies the fork)");
     m.def("system_info", [] { return std::string(llama_print_system_info()); });
+    m.def("rf_supported_archs", [] {
+        std::vector<std::string> names;
+        std::string all = llama_rf_supported_archs();
+        for (size_t start = 0, end; start < all.size(); start = end + 1) {
+            end = std::min(all.find(',', start), all.size());
+            names.push_back(all.substr(start, end - start));
+        }
+        return names;
+    }, "architectures the fork can fill and capture (llama_rf_supported_archs)");
     m.def("set_log_level", [](int level) { g_log_level = level; },
           "echo llama.cpp log lines at or above this ggml level (1 debug .. 4 error, 5 silences)");
 

@@ -2,7 +2,7 @@
 # SmolLM2-135M, 4K, splits 15-16: the default fit (lagged maps: the previous row cuts layers 17-18's held-out
 # error by 15-26 %), in the fork. Fits with the frontier's capture settings; then the frontier's 24 needle items
 # (item files copied, so every record pairs with the frontier's exact and identity records through
-# bench/compare_stores.py) in ridge mode; then llama-bench TTFT, exact / identity / ridge interleaved.
+# experiments/fit-fixes/compare_stores.py) in ridge mode; then llama-bench TTFT, exact / identity / ridge interleaved.
 # Resumable: fits are skipped when present, the eval resumes from its store, and the TTFT runs are skipped
 # when their JSON exists.
 set -euo pipefail
@@ -24,5 +24,5 @@ for s in 15 16; do
     --modes exact identity ridge --paths bench --threads 2 --sinks 4 --tail 1024 --json-out $R/ttft-s$s.json
 done
 for s in 15 16; do
-  .venv/bin/python bench/compare_stores.py --split $s $F/eval $R/needles:ridge
+  .venv/bin/python experiments/fit-fixes/compare_stores.py --split $s $F/eval $R/needles:ridge
 done

@@ -1,0 +1,117 @@
+"""Shared pieces of the lagged-map experiment: calibration rows, ridge maps, and K/V from a layer input.
+
+The maps here are plain ridge (λ chosen per layer on held-out rows from the fit's grid, no
+identity blend), fitted from rows kept in memory: an experiment beside the fork, not the fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gguf
+import numpy as np
+
+from ridgefill.fit import windows as calib_windows
+from ridgefill.sources import corpus
+from ridgefill.fit.capture import CaptureConfig, assign
+from ridgefill.fit.ridge import DEFAULT_GRID
+
+
+def prefix_rows(model, tokens, layers, threads, n_batch=512) -> dict[int, np.ndarray]:
+    """Exact layer inputs {layer: (len(tokens), d)} of a prompt (the full model, no fill)."""
+    ctx = model.context(n_ctx=max(n_batch, len(tokens)), n_batch=n_batch, n_ubatch=n_batch, threads=threads,
+                        capture=layers)
+    rows = {il: [] for il in layers}
+    ctx.prefill(tokens, on_chunk=lambda c, start, n: [rows[il].append(c.layer_input(il).copy()) for il in layers])
+    return {il: np.concatenate(v) for il, v in rows.items()}
+
+
+def calibration_rows(model, cfg: CaptureConfig, layers):
+    """((train rows, train previous rows), (held-out rows, held-out previous rows)), each {layer: array}:
+    the rows `ridgefill fit` would see (default corpus, calib_windows, sinks excluded)."""
+    train_docs, held_docs = assign(corpus.default_calibration(), cfg)
+    n_held = int(cfg.tokens * cfg.heldout_frac)
+    bos = model.bos if model.add_bos else None
+    out = []
+    for docs, budget, seed in ((train_docs, cfg.tokens - n_held, cfg.seed), (held_docs, n_held, cfg.seed + 1)):
+        cur, prev = {il: [] for il in layers}, {il: [] for il in layers}
+        for w in calib_windows.plan(docs, model.tokenize, bos, cfg.window, budget, cfg.min_piece, seed):
+            if len(w.tokens) < cfg.sinks + 16:
+                continue
+            full = prefix_rows(model, w.tokens, layers, cfg.threads, cfg.n_batch)
+            for il in layers:
+                cur[il].append(full[il][cfg.sinks:])
+                prev[il].append(full[il][cfg.sinks - 1 : -1])
+        out.append(({il: np.concatenate(v) for il, v in cur.items()}, {il: np.concatenate(v) for il, v in prev.items()}))
+    return out
+
+
+def ridge(xtr, ytr, xho, yho) -> tuple[np.ndarray, np.ndarray, float]:
+    """(W (d_in, d_out), b, held-out R²): ridge with λ (scaled by tr(Cxx)/d_in) best on the held-out rows."""
+    mx, my = xtr.mean(0), ytr.mean(0)
+    xc = (xtr - mx).astype(np.float64)
+    cxx = xc.T @ xc / len(xc)
+    lam, v = np.linalg.eigh(cxx)
+    lam = np.maximum(lam, 0)
+    a = v.T @ (xc.T @ (ytr - my) / len(xc))
+    scale = np.trace(cxx) / len(mx)
+    sst = ((yho - yho.mean(0)) ** 2).sum()
+    best = (None, None, -np.inf)
+    for g in DEFAULT_GRID:
+        w = v @ (a / (lam + g * scale)[:, None])
+        b = my - mx @ w
+        r2 = 1 - ((yho - (xho @ w + b)) ** 2).sum() / sst
+        if r2 > best[2]:
+            best = (w, b, float(r2))
+    return best
+
+
+@dataclass
+class AttnKV:
+    """One layer's K/V projections as llama.cpp computes them for the cache (llama arch, f32 here)."""
+
+    norm: np.ndarray
+    wk: np.ndarray  # (d, n_head_kv * head_dim)
+    wv: np.ndarray
+    eps: float
+    head_dim: int
+    freq_base: float
+
+    def __call__(self, h: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        hn = self.normed(h)
+        k, v = hn @ self.wk, hn @ self.wv
+        return rope_norm(k.reshape(len(h), -1, self.head_dim), pos, self.freq_base).reshape(k.shape), v
+
+    def normed(self, h: np.ndarray) -> np.ndarray:
+        return h / np.sqrt((h.astype(np.float64) ** 2).mean(1, keepdims=True) + self.eps) * self.norm
+
+    def values(self, h: np.ndarray) -> np.ndarray:
+        return self.normed(h) @ self.wv
+
+
+def rope_norm(x: np.ndarray, pos: np.ndarray, base: float) -> np.ndarray:
+    """llama.cpp's LLAMA_ROPE_TYPE_NORM: rotate adjacent pairs (x[2i], x[2i+1]) by pos·base^(-2i/dim)."""
+    dim = x.shape[-1]
+    theta = pos[:, None].astype(np.float64) * base ** (-np.arange(0, dim, 2) / dim)[None, :]
+    c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x, dtype=np.float64)
+    out[..., 0::2] = x0 * c - x1 * s
+    out[..., 1::2] = x0 * s + x1 * c
+    return out
+
+
+def attn_kv(gguf_path, layers) -> dict[int, AttnKV]:
+    r = gguf.GGUFReader(gguf_path)
+    field = lambda k: float(r.fields[k].parts[-1][0])
+    t = {x.name: x for x in r.tensors}
+
+    def mat(name):
+        x = t[name]
+        return gguf.quants.dequantize(x.data, x.tensor_type).reshape(int(x.shape[1]), int(x.shape[0])).T
+
+    head_dim = int(field("llama.rope.dimension_count"))
+    return {il: AttnKV(np.asarray(t[f"blk.{il}.attn_norm.weight"].data, np.float32), mat(f"blk.{il}.attn_k.weight"),
+                       mat(f"blk.{il}.attn_v.weight"), field("llama.attention.layer_norm_rms_epsilon"), head_dim,
+                       field("llama.rope.freq_base"))
+            for il in layers}
