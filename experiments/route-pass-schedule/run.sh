@@ -35,7 +35,7 @@ build_upto per-ubatch "context : routed rows are picked into a pending list, the
 build_upto per-call "context : one routed pass per decode call, not one per fill ubatch"
 PYTHONPATH="$here/python" "$here/.venv/bin/python" - "$model" "$split" "$n" "$rounds" "$out" "$ab" <<'PY'
 import json, statistics, sys, time
-from ridgefill.bench import run_llama_bench
+from ridgefill.bench.ttft import run_llama_bench
 model, split, n, rounds, out, ab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:]
 cells = [(k, m) for m in ("ridge@2", "ridge@5") for k in ("per-call", "per-ubatch")]
 ms = {f"{k}:{m}": [] for k, m in cells}
