@@ -9,7 +9,12 @@ PIP     := $(PY) -m pip --disable-pip-version-check
 EXTRAS  ?= test,hf
 PYTEST_ARGS ?=
 
-BUILD_INPUTS := pyproject.toml CMakeLists.txt $(wildcard cpp/*) $(wildcard ggml-patches/*.patch) python/ridgefill/upstream.py
+# the editable install maps each module to its file: a module added, moved or removed needs a reinstall
+MODULES := $(VENV)/.modules
+$(shell mkdir -p $(VENV) && find python/ridgefill -name '*.py' | LC_ALL=C sort > $(MODULES).new && \
+  (cmp -s $(MODULES).new $(MODULES) || mv $(MODULES).new $(MODULES)); rm -f $(MODULES).new)
+BUILD_INPUTS := pyproject.toml CMakeLists.txt $(wildcard cpp/*) $(wildcard ggml-patches/*.patch) \
+  $(wildcard python/ridgefill/upstream/*.py) $(MODULES)
 
 .PHONY: setup deps test test-fast demo patches-apply patches-export check-series clean
 
@@ -23,9 +28,11 @@ $(VENV)/.deps: pyproject.toml
 	touch $@
 
 # Fetch + verify + patch upstream, then build libllama, llama-server, llama-bench and
-# ridgefill._core in the persistent build/cmake folder (ccache when present).
+# ridgefill._core in the persistent build/cmake folder (ccache when present). The old editable
+# install's module map goes first: at configure time it would shadow python/ for moved modules.
 $(VENV)/.installed: $(VENV)/.deps $(BUILD_INPUTS)
 	@start=$$(date +%s); \
+	rm -f $(VENV)/lib/python*/site-packages/_ridgefill_editable.pth; \
 	$(PIP) install -q --no-build-isolation -e ".[$(EXTRAS)]"; \
 	echo "setup: build + install took $$(( $$(date +%s) - start )) s"
 	touch $@

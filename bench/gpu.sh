@@ -21,7 +21,7 @@ t0=$(date +%s)
 say() { echo "[gpu.sh +$(( $(date +%s) - t0 ))s] $*"; }
 
 pack() {
-    PYTHONPATH="$repo/python" "$repo/.venv/bin/python" -m ridgefill.gpu_bench pack --src "$repo/build/llama.cpp" --dest "$carry"
+    PYTHONPATH="$repo/python" "$repo/.venv/bin/python" -m ridgefill.cli.gpu pack --src "$repo/build/llama.cpp" --dest "$carry"
 }
 
 configure() {  # $1 = build dir, then extra CMake flags
@@ -45,7 +45,7 @@ pack)
     say "CMake configure of the carried tree (CPU; the GPU run adds -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$arch)"
     configure "$work/build-cpu" -DGGML_NATIVE=OFF
     say "generate + measure through the CPU llama-bench (tiny shapes, short prompts)"
-    PYTHONPATH="$repo/python" "$repo/.venv/bin/python" -m ridgefill.gpu_bench run --llama-bench "$repo/.venv/bin/llama-bench" \
+    PYTHONPATH="$repo/python" "$repo/.venv/bin/python" -m ridgefill.cli.gpu run --llama-bench "$repo/.venv/bin/llama-bench" \
         --tokenizer "$carry/tokenizer.gguf" --shapes ${RF_SHAPES:-tiny-llama tiny-qwen3} --lengths ${RF_LENGTHS:-1024 2048} \
         --runs "${RF_RUNS:-1}" --modes ${RF_MODES:-exact identity ridge ridge@10} --tail 256 --ngl 0 --threads 2 --ubatch 512 --weight-type f16 \
         --workdir "$work/models" --out "$out/gpu-ttft-dryrun.json"
@@ -61,12 +61,12 @@ run)
     cmake --build "$work/build" --target llama-bench -j"$(nproc)" > "$out/gpu-build.log" 2>&1 &
     build=$!
     say "writing the synthetic models while it builds"
-    python3 -m ridgefill.gpu_bench gen --tokenizer "$carry/tokenizer.gguf" --shapes ${RF_SHAPES:-llama-3.1-8b qwen3-8b} \
+    python3 -m ridgefill.cli.gpu gen --tokenizer "$carry/tokenizer.gguf" --shapes ${RF_SHAPES:-llama-3.1-8b qwen3-8b} \
         --lengths ${RF_LENGTHS:-16384 32768 65536 131072} --workdir "$work/models"
     wait "$build" || { tail -30 "$out/gpu-build.log"; exit 1; }
     say "built; measuring"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu-info.csv" || true
-    python3 -m ridgefill.gpu_bench run --llama-bench "$work/build/bin/llama-bench" --tokenizer "$carry/tokenizer.gguf" \
+    python3 -m ridgefill.cli.gpu run --llama-bench "$work/build/bin/llama-bench" --tokenizer "$carry/tokenizer.gguf" \
         --shapes ${RF_SHAPES:-llama-3.1-8b qwen3-8b} --lengths ${RF_LENGTHS:-16384 32768 65536 131072} \
         --runs "${RF_RUNS:-2}" --modes ${RF_MODES:-exact identity ridge ridge@10} --tail 2048 --threads 8 --ubatch 2048 --workdir "$work/models" \
         --out "$out/gpu-ttft.json" --deadline-s "${RF_DEADLINE_S:-420}"

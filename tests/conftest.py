@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from ridgefill import models
-from ridgefill.server import ServerError, tool_path
+from ridgefill.sources import models
+from ridgefill.errors import MissingFile
+from ridgefill.paths import tool_path
 
 
 _guard = pytest.MonkeyPatch()
@@ -16,21 +17,41 @@ def pytest_sessionstart(session):
     import matplotlib.font_manager  # noqa: F401
 
 
+BIG_GGUF = 16 << 20  # a fast test may read the small GGUFs it writes, not a model
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    """`make test-fast` (-m "not slow") loads no model and starts no process: enforced for every test
-    not marked slow, fixtures included (so a session fixture cannot load a model on its behalf)."""
+    """`make test-fast` (-m "not slow") loads no model, fetches nothing and starts no process: enforced for
+    every test not marked slow, fixtures included (so a session fixture cannot do it on its behalf)."""
     if item.get_closest_marker("slow"):
         return
     import subprocess
 
-    from ridgefill import _core
+    import gguf
+
+    from ridgefill import _core, fetch
 
     def refuse(*args, **kwargs):
-        raise AssertionError(f"{item.nodeid} loads a model or starts a process: mark it slow")
+        raise AssertionError(f"{item.nodeid} loads or fetches a model or starts a process: mark it slow")
+
+    reader_init, verified = gguf.GGUFReader.__init__, fetch.is_verified
+
+    def small_reader(self, path, *args, **kwargs):
+        if Path(path).stat().st_size > BIG_GGUF:
+            refuse()
+        reader_init(self, path, *args, **kwargs)
+
+    def small_verified(path, *args, **kwargs):  # a cached model's check reads the model
+        if Path(path).is_file() and Path(path).stat().st_size > BIG_GGUF:
+            refuse()
+        return verified(path, *args, **kwargs)
 
     _guard.setattr(subprocess.Popen, "_execute_child", refuse)
     _guard.setattr(_core, "Model", refuse)
+    _guard.setattr(fetch, "is_verified", small_verified)
+    _guard.setattr(fetch, "pip_download", refuse)
+    _guard.setattr(gguf.GGUFReader, "__init__", small_reader)
 
 
 @pytest.hookimpl(trylast=True)
@@ -43,7 +64,7 @@ def calibrate_cli(base, out, *extra, tokens: int = 1536, split: int = 20):
     import subprocess
     import sys
 
-    from ridgefill.stats import CalibrationStats
+    from ridgefill.fit.stats import CalibrationStats
 
     run = subprocess.run([sys.executable, "-m", "ridgefill", "calibrate", str(base), "--split", str(split),
                           "--tokens", str(tokens), "--window", "256", "--threads", "2", "-o", str(out), *map(str, extra)],
@@ -56,7 +77,7 @@ def tool(name: str) -> Path:
     """A fork binary installed into the venv by the build."""
     try:
         return tool_path(name)
-    except ServerError as err:
+    except MissingFile as err:
         pytest.fail(str(err))
 
 
@@ -90,12 +111,12 @@ def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str 
     """
     import numpy as np
 
-    from ridgefill import pack
-    from ridgefill.ridge import LayerFit, Maps
+    from ridgefill import format as fmt
+    from ridgefill.fit.ridge import LayerFit, Maps
     from ridgefill.runtime import Model
-    from ridgefill.stats import Provenance
+    from ridgefill.fit.stats import Provenance
 
-    ident = pack.identity_of(base)
+    ident = fmt.identity_of(base)
     rng = np.random.default_rng(seed)
     layers = list(range(split + 1, ident.n_layer))
     d = ident.n_embd
@@ -106,10 +127,10 @@ def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str 
     if lag_every:
         maps.weights_prev = (0.05 * rng.normal(size=w.shape)).astype(np.float32)
     if route_stats:
-        from ridgefill.route import RouteStats
+        from ridgefill.fit.route import RouteStats
 
         maps.route = RouteStats(rng.normal(size=d).astype(np.float32), np.tril(rng.normal(size=(d, d))).astype(np.float32))
-    return Model(pack.pack(base, maps, ident, Provenance(), out, map_type=map_type)), maps
+    return Model(fmt.pack(base, maps, ident, Provenance(), out, map_type=map_type)), maps
 
 
 def write_gguf(path, keys: dict, tensors: dict, arch: str = "llama"):
@@ -135,7 +156,7 @@ def check_lagged_inputs(model, maps, tokens, split: int, late: list[int], n_batc
     the row's own only at position 0 (the fit's convention, calibrate.previous_rows)."""
     import numpy as np
 
-    from ridgefill.calibrate import previous_rows
+    from ridgefill.fit.capture import previous_rows
 
     ctx = model.context(n_ctx=1024, n_batch=n_batch, n_ubatch=n_ubatch, threads=2, capture=[split, *late])
     ctx.set_fill("ridge")
@@ -178,7 +199,7 @@ class SharedModels:
         return self._built[key]
 
     def base(self, shape: str) -> Path:
-        from ridgefill import synth
+        from ridgefill.bench import synth
 
         if shape == "smollm2":
             return self.smollm2_path
@@ -189,14 +210,14 @@ class SharedModels:
 
     def passthrough_path(self, shape: str, split: int) -> Path:
         """The pass-through GGUF without maps (identity fill needs none)."""
-        from ridgefill import synth
+        from ridgefill.bench import synth
 
         return self._once(("pt", shape, split), lambda: synth.passthrough(
             self.base(shape), split, self.root / f"{shape}-pt{split}.gguf"))
 
     def passthrough(self, shape: str, split: int):
         """Model: the pass-through with identity maps, so ridge fill runs the fill path too."""
-        from ridgefill import synth
+        from ridgefill.bench import synth
         from ridgefill.runtime import Model
 
         return self._once(("pt-maps", shape, split), lambda: Model(synth.identity_maps(

@@ -2,7 +2,7 @@
 
 import json
 
-from ridgefill import bench, costmodel, ttft_report
+from ridgefill.bench import ttft as bench, costmodel, report as ttft_report
 
 
 def _summary(exact, ridge):
@@ -25,7 +25,7 @@ def test_markdown_shows_the_range_only_when_there_are_several_runs():
 
 
 def test_bench_report_renders_saved_runs_and_refuses_other_json(tmp_path, capsys):
-    from ridgefill import cli
+    from ridgefill.cli import commands as cli
 
     saved = tmp_path / "ttft.json"
     saved.write_text(json.dumps({"llama-bench": _summary([100.0, 120.0, 90.0], [80.0, 60.0, 75.0])}))

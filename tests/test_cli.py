@@ -11,7 +11,7 @@ def run(*args):
 
 def main(capsys, *args):
     """The CLI in this process (no child process): (exit code, stdout, stderr)."""
-    from ridgefill import cli
+    from ridgefill.cli import commands as cli
 
     code = cli.main(list(args))
     out = capsys.readouterr()
@@ -49,7 +49,7 @@ def test_info_on_bad_file_is_an_error_not_a_crash(tmp_path, capsys):
 
 
 def test_every_list_option_takes_spaces_commas_or_both(capsys):
-    from ridgefill import cli
+    from ridgefill.cli import commands as cli
 
     ap = cli.build_parser()
     bt = ap.parse_args(["bench", "ttft", "--model", "m.gguf", "--lengths", "1024,2048", "4096", "--modes", "exact,ridge"])
@@ -65,7 +65,7 @@ def test_every_list_option_takes_spaces_commas_or_both(capsys):
 
 
 def test_integer_list_options_take_ranges(capsys):
-    from ridgefill import cli
+    from ridgefill.cli import commands as cli
 
     ap = cli.build_parser()
     t = ap.parse_args(["tune", "b.gguf", "--splits", "15-18", "22", "--tails", "512,1024"])
@@ -79,7 +79,7 @@ def test_integer_list_options_take_ranges(capsys):
 
 
 def test_fit_lag_gain_is_a_share(capsys):
-    from ridgefill import cli
+    from ridgefill.cli import commands as cli
 
     ap = cli.build_parser()
     assert ap.parse_args(["fit", "b.gguf", "--lag-gain", "0"]).lag_gain == 0.0
@@ -92,7 +92,7 @@ def test_fit_lag_gain_is_a_share(capsys):
 
 
 def test_fit_lambda_must_be_a_positive_finite_number(capsys):
-    from ridgefill import cli
+    from ridgefill.cli import commands as cli
 
     ap = cli.build_parser()
     assert ap.parse_args(["fit", "b.gguf", "--split", "3", "--lambda", "1e-2"]).lam == 0.01

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ridgefill import costmodel, synth
-from ridgefill.costmodel import Shape, bound, prefill_cost
+from ridgefill.bench import costmodel, synth
+from ridgefill.bench.costmodel import Shape, bound, prefill_cost
 
 DENSE = Shape(n_layer=4, d=8, d_q=8, d_kv=4, d_ff=16)
 # interval 2: layer 0 is Gated DeltaNet, layer 1 attends (gated Q); H = 2 heads of state 4, d_k = 4
@@ -94,7 +94,7 @@ def test_sliding_window_layers_cost_their_window():
 
 
 def test_a_lagged_map_costs_one_more_d_by_d_product_per_filled_row():
-    from ridgefill import costmodel
+    from ridgefill.bench import costmodel
 
     sh = costmodel.SMOLLM2
     n, split, sinks, tail = 4096, 16, 4, 1024

@@ -8,12 +8,13 @@ import sys
 import numpy as np
 import pytest
 
-from ridgefill import corpus, synth
+from ridgefill.sources import corpus
+from ridgefill.bench import synth
 from ridgefill.evals import items as items_io
 from ridgefill.evals import loss, needle, prefill, profiles, runner, stats
 from ridgefill.evals.session import DEFAULT_VARIANTS, EXACT, EXACT_CUT, Session, Variant
 from ridgefill.evals.store import ResultStore, key_of, read_jsonl
-from ridgefill.pack import Defaults
+from ridgefill.format import Defaults
 
 SPLIT = 18
 
@@ -398,7 +399,7 @@ def test_exact_finds_needles_on_short_prompts(session, tmp_path):
 
 @pytest.mark.slow
 def test_cli_eval_needle_json(mapped, tmp_path):
-    cmd = [sys.executable, "-m", "ridgefill.cli_eval", "eval", "needle", "--model", str(mapped), "--lengths", "256",
+    cmd = [sys.executable, "-m", "ridgefill.cli.eval", "eval", "needle", "--model", str(mapped), "--lengths", "256",
            "--tail", "64", "--items", "1", "--needle-tasks", "single/noise/number", "--modes", "exact,ridge",
            "--out", str(tmp_path), "--json", "--quiet", "--no-plots", "--threads", "1", "--bootstrap", "200"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -412,7 +413,7 @@ def test_cli_eval_needle_json(mapped, tmp_path):
 @pytest.mark.slow
 def test_cli_eval_splice_json(mapped, tmp_path):
     """`eval splice`: gap shares per component; exact K+V spliced into the filled rows is exact-cut, bit for bit."""
-    cmd = [sys.executable, "-m", "ridgefill.cli_eval", "eval", "splice", "--model", str(mapped), "--lengths", "256",
+    cmd = [sys.executable, "-m", "ridgefill.cli.eval", "eval", "splice", "--model", str(mapped), "--lengths", "256",
            "--tail", "64", "--items", "1", "--needle-tasks", "single/noise/number", "--docs", "1", "--window", "64",
            "--out", str(tmp_path), "--json", "--quiet", "--no-plots", "--threads", "1", "--bootstrap", "200"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -432,7 +433,7 @@ def test_quick_profile_end_to_end(mapped, tmp_path):
     """`eval sweep --profile quick`: the CI run of the suite (about 2.5 minutes on 2 quiet cores)."""
     import time
 
-    from ridgefill import cli_eval
+    from ridgefill.cli import eval as cli_eval
 
     t0 = time.monotonic()
     assert cli_eval.main(["eval", "sweep", "--profile", "quick", "--model", str(mapped), "--out", str(tmp_path),

@@ -54,7 +54,7 @@ def test_stale_parts_of_dead_writers_are_removed_live_ones_kept(tmp_path):
 
 WRITER = r"""
 import signal, sys, time
-from ridgefill.cli import _exit_on_sigterm
+from ridgefill.cli.commands import _exit_on_sigterm
 from ridgefill.files import atomic_output
 _exit_on_sigterm()
 signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a terminal, even if started in the background
@@ -81,11 +81,12 @@ def test_a_signal_mid_write_removes_the_part(tmp_path, sig):
 @pytest.mark.slow
 def test_convert_killed_mid_write_leaves_nothing_and_the_next_run_cleans_up(smollm2_path, tmp_path):
     """The real entry point: convert/ridgefill_convert.py, SIGTERM while the augmented GGUF is written."""
-    from ridgefill import pack, ridge
-    from ridgefill.ridge import LayerFit, Maps
-    from ridgefill.stats import Provenance
+    from ridgefill import format as fmt
+    from ridgefill.fit import ridge
+    from ridgefill.fit.ridge import LayerFit, Maps
+    from ridgefill.fit.stats import Provenance
 
-    ident = pack.identity_of(smollm2_path)
+    ident = fmt.identity_of(smollm2_path)
     layers = list(range(10, ident.n_layer))
     d = ident.n_embd
     maps = Maps(9, layers, np.tile(np.eye(d, dtype=np.float32), (len(layers), 1, 1)),
@@ -112,4 +113,4 @@ def test_convert_killed_mid_write_leaves_nothing_and_the_next_run_cleans_up(smol
     assert _parts(out)
     subprocess.run(cmd, check=True, capture_output=True)
     assert out.exists() and not _parts(out)
-    assert pack.inspect(out)["loads"]
+    assert fmt.inspect(out)["loads"]

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import check_lagged_inputs
 
-from ridgefill import synth
+from ridgefill.bench import synth
 from ridgefill.runtime import Model
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,8 @@ W h_s + b for the recurrent states written by a ridge fill with random maps.
 import numpy as np
 import pytest
 
-from ridgefill import synth
-from ridgefill.gguf_io import open_gguf, tensor_array
+from ridgefill.bench import synth
+from ridgefill.format.gguf_io import open_gguf, tensor_array
 from ridgefill.runtime import Model
 
 pytestmark = pytest.mark.slow
@@ -208,8 +208,9 @@ def test_filled_recurrent_state_equals_numpy_from_h_s(shape, toks, shared_models
 
 def test_calibration_and_fit_cover_every_late_layer_of_a_hybrid(tiny_dir, smollm2_path, toks):
     """Capture and the ridge fit are layer-kind agnostic: maps for attention and linear layers alike."""
-    from ridgefill import pack, pipeline
-    from ridgefill.calibrate import CaptureConfig
+    from ridgefill import format as fmt
+    from ridgefill.fit import pipeline
+    from ridgefill.fit.capture import CaptureConfig
 
     base = synth.random_model("tiny-qwen35", tiny_dir / "cal.gguf", smollm2_path, seed=5, weight_type="f16",
                               n_ctx=4096)
@@ -220,7 +221,7 @@ def test_calibration_and_fit_cover_every_late_layer_of_a_hybrid(tiny_dir, smollm
     r2 = [(f.r2_ridge, f.r2_identity) for f in maps.fits]
     print("held-out R² (ridge, identity) per late layer:", [(round(float(a), 3), round(float(b), 3)) for a, b in r2])
     assert all(np.isfinite(r2).all(axis=1)) and all(a >= b for a, b in r2)
-    assert sorted(pack.read_maps(out)) == maps.layers
+    assert sorted(fmt.read_maps(out)) == maps.layers
     ctx = _ctx(Model(out))
     ctx.set_fill("ridge")
     res = ctx.prefill(toks[:N], sinks=SINKS, tail=TAIL)

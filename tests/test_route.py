@@ -12,10 +12,11 @@ References, all exact computation:
 import numpy as np
 import pytest
 
-from ridgefill import pack, route
+from ridgefill import format as fmt
+from ridgefill.fit import route
 from ridgefill.errors import InputError
-from ridgefill.ridge import LayerFit, Maps
-from ridgefill.stats import Moments, Provenance
+from ridgefill.fit.ridge import LayerFit, Maps
+from ridgefill.fit.stats import Moments, Provenance
 
 SPLIT, N, SINKS, TAIL, UBATCH = 20, 200, 8, 16, 256
 
@@ -60,8 +61,9 @@ def test_too_few_rows_is_an_error():
 
 
 def test_fit_stores_routing_statistics_of_the_training_rows():
-    from ridgefill import ridge
-    from ridgefill.stats import CalibrationStats, ModelIdentity
+    from ridgefill.fit import ridge
+    from ridgefill.fit.stats import CalibrationStats
+    from ridgefill.format import ModelIdentity
 
     rng = np.random.default_rng(2)
     d = 6
@@ -81,7 +83,7 @@ def test_fit_stores_routing_statistics_of_the_training_rows():
 def _route_model(base, out, calib_rows: np.ndarray, seed: int = 0, split: int = SPLIT, noise: float = 0.05):
     """base + maps at `split` (W = I + noise, b = noise; noise 0: identity maps) + routing statistics
     from calib_rows (split-layer states)."""
-    ident = pack.identity_of(base)
+    ident = fmt.identity_of(base)
     rng = np.random.default_rng(seed)
     layers = list(range(split + 1, ident.n_layer))
     d = ident.n_embd
@@ -91,7 +93,7 @@ def _route_model(base, out, calib_rows: np.ndarray, seed: int = 0, split: int = 
                 route=route.from_moments(_moments(calib_rows.astype(np.float64))))
     from ridgefill.runtime import Model
 
-    return Model(pack.pack(base, maps, ident, Provenance(), out, map_type="f32")), maps
+    return Model(fmt.pack(base, maps, ident, Provenance(), out, map_type="f32")), maps
 
 
 def _ctx(model, capture=()):
@@ -134,9 +136,10 @@ def test_model_reports_its_routing_statistics(model, smollm2):
     m, maps = model
     assert m.rf_has_route and m.rf_route_fraction == 0.0
     assert not smollm2.rf_has_route
-    stored = pack.read_route(m.path)
-    np.testing.assert_array_equal(stored.whiten, maps.route.whiten)
-    assert pack.inspect(m.path)["route"] and pack.inspect(m.path)["loads"]
+    mean, whiten = fmt.read_route(m.path)
+    np.testing.assert_array_equal(mean, maps.route.mean)
+    np.testing.assert_array_equal(whiten, maps.route.whiten)
+    assert fmt.inspect(m.path)["route"] and fmt.inspect(m.path)["loads"]
 
 
 @pytest.mark.slow
@@ -272,7 +275,7 @@ def _full_layer(path, il, h, pos, k_cache, v_cache):
     """numpy: llama layer il for one row h at position pos, attending over cached K/V rows [0, pos]
     (K already rotated, as the cache holds it): the row's input to layer il + 1."""
     from test_state import LayerWeights, rope_norm
-    from ridgefill.gguf_io import open_gguf, tensor_array
+    from ridgefill.format.gguf_io import open_gguf, tensor_array
 
     r = open_gguf(path)
     lw = LayerWeights(path, il)
@@ -454,7 +457,7 @@ def long_prompt(smollm2, sample_text):
 
 @pytest.mark.slow
 def test_server_routes_per_request_and_keys_the_cache_on_it(model, long_prompt):
-    from ridgefill.server import LlamaServer
+    from ridgefill.serve.server import LlamaServer
 
     m, _ = model
     with LlamaServer(m.path, SRV_ARGS + ["--ridgefill", "ridge"], ctx=1024, threads=2) as srv:
@@ -471,7 +474,7 @@ def test_server_routes_per_request_and_keys_the_cache_on_it(model, long_prompt):
 
 @pytest.mark.slow
 def test_server_refuses_bad_route_requests_and_stays_up(model, smollm2_path, long_prompt, tmp_path):
-    from ridgefill.server import LlamaServer, ServerError
+    from ridgefill.serve.server import LlamaServer, ServerError
 
     m, _ = model
     with LlamaServer(m.path, SRV_ARGS + ["--ridgefill", "ridge"], ctx=1024, threads=2) as srv:

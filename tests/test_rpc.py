@@ -6,7 +6,7 @@ import re
 import pytest
 
 from conftest import tool
-from ridgefill.server import LlamaServer, RpcServers
+from ridgefill.serve.server import LlamaServer, RpcServers
 
 pytestmark = pytest.mark.slow
 
@@ -112,7 +112,7 @@ def test_bench_ttft_over_rpc_reports_exact_and_ridge(maps_model):
 def test_an_rpc_endpoint_nobody_listens_on_is_a_clear_error(smollm2_path):
     from ridgefill.errors import InputError
     from ridgefill.runtime import Model
-    from ridgefill.server import free_port
+    from ridgefill.serve.server import free_port
 
     with pytest.raises(InputError, match="no rpc-server listening at 127.0.0.1:"):
         Model(smollm2_path, n_gpu_layers=99, rpc=f"127.0.0.1:{free_port()}")

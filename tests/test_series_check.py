@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ridgefill import series_check, series_doc, upstream
+from ridgefill.upstream import series_check, series_doc, tree as upstream
 
 GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}

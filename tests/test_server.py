@@ -2,8 +2,8 @@
 
 import pytest
 
-from ridgefill import pack
-from ridgefill.server import LlamaServer, ServerError
+from ridgefill import format as fmt
+from ridgefill.serve.server import LlamaServer, ServerError
 
 pytestmark = pytest.mark.slow
 
@@ -86,7 +86,7 @@ def test_lagged_maps_serve_what_the_bindings_fill(shared_models, prompt):
     """A GGUF whose maps also read the previous row: the server's ridge continuation is the bindings' (same
     ubatches), an exact request after it is the exact one, and a repeated ridge request is the same again."""
     model, maps = shared_models.random_maps("smollm2", SPLIT, seed=1, lag_every=2)
-    assert pack.n_lagged(model.path) == sum(f.lag for f in maps.fits) > 0  # the GGUF the server loads has them
+    assert fmt.n_lagged(model.path) == sum(f.lag for f in maps.fits) > 0  # the GGUF the server loads has them
     ctx = model.context(n_ctx=1024, n_batch=256, n_ubatch=64, threads=2)
     ctx.set_fill("ridge")
     want = model.detokenize(ctx.greedy(prompt, 8, sinks=SINKS, tail=TAIL))

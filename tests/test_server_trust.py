@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from ridgefill.server import LlamaServer, ServerError
+from ridgefill.serve.server import LlamaServer, ServerError
 from test_trust import overflow_maps
 
 pytestmark = pytest.mark.slow
@@ -67,7 +67,7 @@ def refused_files(smollm2_path, tmp_path_factory):
     """{what the load error names: GGUF}: a NaN in one map, and a sink count that would wrap an int32."""
     import numpy as np
 
-    from ridgefill.gguf_io import copy_gguf, open_gguf
+    from ridgefill.format.gguf_io import copy_gguf, open_gguf
 
     d = tmp_path_factory.mktemp("refused")
     good = overflow_maps(smollm2_path, d / "ovf.gguf")
@@ -90,10 +90,10 @@ def test_server_and_bench_refuse_the_files_the_bindings_refuse(refused_files, tm
     import subprocess
 
     from conftest import tool
-    from ridgefill import pack
+    from ridgefill import format as fmt
 
     for message, path in refused_files.items():
-        assert not pack.inspect(path)["loads"]
+        assert not fmt.inspect(path)["loads"]
         log = tmp_path / "srv.log"
         with pytest.raises(ServerError, match="exited"):
             LlamaServer(path, ["--ridgefill", "ridge"], ctx=CTX, threads=2, log=log).start()

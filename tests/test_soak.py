@@ -3,8 +3,8 @@ requests' reused prefixes exact prompts explain. The soak itself is `bench/soak`
 
 import numpy as np
 
-from ridgefill import soak
-from ridgefill.soak import Outcome, Request
+from ridgefill.serve import soak
+from ridgefill.serve.soak import Outcome, Request
 
 
 def _out(prompt_len, cache_n, filled, fill=True):

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from conftest import random_maps_model
-from ridgefill import pack
-from ridgefill.gguf_io import open_gguf, tensor_array
+from ridgefill import format as fmt
+from ridgefill.format.gguf_io import open_gguf, tensor_array
 from ridgefill.runtime import Model
 
 pytestmark = pytest.mark.slow
@@ -27,13 +27,13 @@ def ridge_model(smollm2_path, tmp_path_factory):
 @pytest.fixture(scope="module")
 def fitted_model(smollm2_path, tmp_path_factory):
     """SmolLM2 with maps fitted at SPLIT on 4096 calibration tokens (F16 maps, as `ridgefill fit` writes)."""
-    from ridgefill import pipeline
-    from ridgefill.calibrate import CaptureConfig
+    from ridgefill.fit import pipeline
+    from ridgefill.fit.capture import CaptureConfig
 
     stats = pipeline.calibrate(smollm2_path, CaptureConfig(split=SPLIT, tokens=4096, window=1024, threads=2))
     out = tmp_path_factory.mktemp("fitted") / "fitted.gguf"
     pipeline.fit_and_pack(smollm2_path, stats, out)
-    return Model(out), pack.read_maps(out)
+    return Model(out), fmt.read_maps(out)
 
 
 def _ctx(model, flash_attn="on", kv_type="f32", capture=()):

@@ -92,7 +92,7 @@ def test_bench_ttft_runs_both_paths_and_plots(smollm2_path, tmp_path):
 def test_bench_takes_split_sinks_and_tail_from_the_maps(tmp_path, smollm2_path):
     """Without --ridgefill-split/-sink/-tail llama-bench uses the GGUF's ridgefill.* metadata;
     without --ridgefill it runs exact (no fill report)."""
-    from ridgefill import synth
+    from ridgefill.bench import synth
 
     model = synth.identity_maps(smollm2_path, 15, tmp_path / "maps.gguf")
     out = _bench(model, "--ridgefill", "ridge")

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from conftest import random_maps_model
-from ridgefill import pack
-from ridgefill.ridge import LayerFit, Maps
+from ridgefill import format as fmt
+from ridgefill.fit.ridge import LayerFit, Maps
 from ridgefill.runtime import Model
-from ridgefill.stats import Provenance
+from ridgefill.fit.stats import Provenance
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def prompts(smollm2, sample_text):
 def test_each_supported_map_type_runs_the_fill_path(smollm2_path, prompts, tmp_path, map_type, tol):
     """Captured inputs of filled layers = W h_s + b with W as stored (f32 or f16)."""
     model, _ = random_maps_model(smollm2_path, SPLIT, tmp_path / f"{map_type}.gguf", seed=2, map_type=map_type)
-    stored = pack.read_maps(model.path)
+    stored = fmt.read_maps(model.path)
     late = [SPLIT + 1, model.n_layer - 1]
     ctx = model.context(n_ctx=1024, n_batch=N_FILL, n_ubatch=64, threads=2, capture=[SPLIT, *late])
     ctx.set_fill("ridge")
@@ -46,13 +46,13 @@ def test_each_supported_map_type_runs_the_fill_path(smollm2_path, prompts, tmp_p
 
 def overflow_maps(base, out):
     """Finite F32 maps (3e38 everywhere) whose prediction overflows: every filled K/V row is NaN."""
-    ident = pack.identity_of(base)
+    ident = fmt.identity_of(base)
     layers = list(range(SPLIT + 1, ident.n_layer))
     d = ident.n_embd
     w = np.full((len(layers), d, d), 3e38, np.float32)
     b = np.zeros((len(layers), d), np.float32)
     maps = Maps(SPLIT, layers, w, b, [LayerFit(l, 0, 0, 0, 0, 0, 0) for l in layers])
-    return pack.pack(base, maps, ident, Provenance(), out, map_type="f32")
+    return fmt.pack(base, maps, ident, Provenance(), out, map_type="f32")
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,7 @@ def _repack(tmp_path, src, **changes):
     """A copy of src with changed ridgefill.* keys (uint32) through gguf-py."""
     import gguf
 
-    from ridgefill.gguf_io import copy_gguf, open_gguf
+    from ridgefill.format.gguf_io import copy_gguf, open_gguf
 
     reader = open_gguf(src)
     out = tmp_path / "changed.gguf"
@@ -125,12 +125,12 @@ def test_a_nan_map_is_refused_at_load(smollm2_path, tmp_path):
     model, maps = random_maps_model(smollm2_path, SPLIT, tmp_path / "ok.gguf")
     w = maps.weights.copy()
     w[3, 5, 7] = np.nan
-    ident = pack.identity_of(smollm2_path)
-    bad = pack.pack(smollm2_path, Maps(SPLIT, maps.layers, w, maps.biases, maps.fits), ident, Provenance(),
+    ident = fmt.identity_of(smollm2_path)
+    bad = fmt.pack(smollm2_path, Maps(SPLIT, maps.layers, w, maps.biases, maps.fits), ident, Provenance(),
                     tmp_path / "nan.gguf", map_type="f16")
     with pytest.raises(RuntimeError, match=f"blk.{SPLIT + 4}.ridge_map.weight: non-finite value"):
         Model(bad)
-    info = pack.inspect(bad, base=smollm2_path)
+    info = fmt.inspect(bad, base=smollm2_path)
     assert not info["loads"]
     assert {c["name"]: c["ok"] for c in info["checks"]} == {
         "format_version": True, "split_layer": True, "sink_rows": True, "tail_rows": True, "maps": False,

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from ridgefill import frontier, pack
+from ridgefill.tune import frontier, frontier_report
+from ridgefill import format as fmt
 from ridgefill.errors import InputError
 
 
@@ -51,18 +52,18 @@ def test_a_routed_configuration_competes_with_the_splits():
     chosen, _ = frontier.choose(rows, 5, 0.02)
     assert (chosen["split"], chosen["route"]) == (15, 0.05)
     assert (frontier.choose(rows[2:], 5, 0.02)[0]["split"], frontier.choose(rows[2:], 5, 0.02)[0]["route"]) == (17, 0.0)
-    assert "| 15 | 1024 | 5 % | 4096 |" in frontier.markdown(rows)
+    assert "| 15 | 1024 | 5 % | 4096 |" in frontier_report.markdown(rows)
 
 
 def test_the_frontier_table_has_as_many_columns_as_its_header():
     """A separator row one cell short and the table does not render."""
     for rows in ([_row(15, 1024, 4096, 80, 40, 1.44)], [_row(15, 1024, 4096, 80, 78, 1.40, route=0.05)]):
-        head, sep, row = frontier.markdown(rows).splitlines()[-3:]
+        head, sep, row = frontier_report.markdown(rows).splitlines()[-3:]
         assert head.count("|") == sep.count("|") == row.count("|")
 
 
 def test_routed_rows_read_the_routed_variant():
-    from ridgefill.costmodel import SMOLLM2
+    from ridgefill.bench.costmodel import SMOLLM2
 
     summary = [{"task": "needle", "metric": "score", "group": "all", "split": 17, "sinks": 4, "tail": 1024,
                 "n_tokens": 4096, "means": {v: {"mean": m, "n": 24} for v, m in
@@ -91,13 +92,13 @@ def test_no_configuration_meets_the_budget():
 def test_report_shows_intervals_and_both_speeds(tmp_path):
     r = _row(17, 1024, 4096, 80, 60, 1.36, loss_gap=0.05, measured=1.3)
     r["needle_diff"] = {"ridge-identity": {"mean": 20.0, "lo": 5.0, "hi": 35.0}}
-    md = frontier.markdown([r], "t")
+    md = frontier_report.markdown([r], "t")
     assert "1.30x [1.25, 1.35] (bound 1.36x)" in md and "+20.0 [+5.0, +35.0]" in md and "+0.050 [+0.040, +0.060]" in md
     assert "– (bound 1.37x)" in md  # identity was not timed
     import matplotlib.pyplot as plt
 
-    assert plt.imread(frontier.plot([r], tmp_path / "f.png")).shape[:2] == (540, 840)  # (7, 4.5) at 120 dpi
-    fig = frontier.figure([r], "t")
+    assert plt.imread(frontier_report.plot([r], tmp_path / "f.png")).shape[:2] == (540, 840)  # (7, 4.5) at 120 dpi
+    fig = frontier_report.figure([r], "t")
     lines = {l.get_label(): (list(l.get_xdata()), list(l.get_ydata())) for l in fig.axes[0].get_lines()}
     assert lines["ridge, N=4096, T=1024"] == ([1.3], [0.75])  # measured speed-up; 60 of exact's 80
     assert lines["identity, N=4096, T=1024"] == ([1.37], [0.0])  # not timed: the bound
@@ -123,7 +124,7 @@ def test_tune_end_to_end_on_smollm2(smollm2_path, tmp_path):
         assert set(row["loss_distant"]) == {"exact", "identity", "ridge"} and "ridge-exact" in row["loss_diff"]
         assert ("ridge-plain" in row["needle_diff"]) == (row["route"] > 0)
     chosen = max(doc["rows"], key=frontier.speedup)  # with these budgets every row qualifies
-    meta = pack.inspect(out)["metadata"]
+    meta = fmt.inspect(out)["metadata"]
     assert (meta["split_layer"], meta["sink_rows"], meta["tail_rows"]) == (chosen["split"], 4, 256)
     assert f"chosen: split {chosen['split']}, sinks 4, tail 256, routed {100 * chosen['route']:g} %" in r.stdout
     md = (work / "frontier.md").read_text()
@@ -156,7 +157,7 @@ def test_tune_end_to_end_on_smollm2(smollm2_path, tmp_path):
         f.unlink()
     picked = subprocess.run(cmd + ["--report-only"], capture_output=True, text=True, timeout=600)
     assert picked.returncode == 0 and "capture" in picked.stderr and "eval:" not in picked.stderr, picked.stderr[-2000:]
-    assert pack.inspect(out)["metadata"]["split_layer"] == timed_choice["split"]
+    assert fmt.inspect(out)["metadata"]["split_layer"] == timed_choice["split"]
 
 
 def test_a_sweep_left_part_way_shows_each_modes_count_and_is_judged_paired():
@@ -165,14 +166,14 @@ def test_a_sweep_left_part_way_shows_each_modes_count_and_is_judged_paired():
     r = _row(18, 1024, 4096, 68.8, 68.3, 1.32)
     r["needle_ns"] = {"exact": 16, "identity": 15, "ridge": 15}
     r["needle_diff"] = {"ridge-exact": {"mean": -6.0, "lo": -20.0, "hi": 5.0}}
-    assert "(n=16/15/15)" in frontier.markdown([r])
+    assert "(n=16/15/15)" in frontier_report.markdown([r])
     assert frontier.choose([r], 5, 0.02)[0] is None and frontier.choose([r], 6, 0.02)[0]["split"] == 18
     r["needle_ns"] = {"exact": 15, "identity": 15, "ridge": 15}
-    assert "(n=15)" in frontier.markdown([r])
+    assert "(n=15)" in frontier_report.markdown([r])
 
 
 def test_the_report_states_the_command_that_measures_it(tmp_path):
-    from ridgefill.command_line import command_line
+    from ridgefill.tune.command_line import command_line
 
     base, work = tmp_path / "models" / "m.gguf", tmp_path / "work"
     argv = ["tune", str(base), "--work-dir", "elsewhere", "--title", "x", "--work-dir", str(work), "--splits", "15",
@@ -181,8 +182,8 @@ def test_the_report_states_the_command_that_measures_it(tmp_path):
     assert cmd.startswith("ridgefill tune m.gguf --work-dir ") and cmd.endswith("--splits 15 22 --budget-loss -1 --title 'a b'")
     assert cmd.count("--work-dir") == cmd.count("--title") == 1 and "elsewhere" not in cmd
     assert "quiet" not in cmd and "report-only" not in cmd and ".gguf" not in cmd.replace("m.gguf", "")
-    assert "(n=" in frontier.markdown([_row(15, 1024, 4096, 80, 40, 1.44)], "t", cmd) and f"Command: `{cmd}`" in \
-        frontier.markdown([_row(15, 1024, 4096, 80, 40, 1.44)], "t", cmd)
+    assert "(n=" in frontier_report.markdown([_row(15, 1024, 4096, 80, 40, 1.44)], "t", cmd) and f"Command: `{cmd}`" in \
+        frontier_report.markdown([_row(15, 1024, 4096, 80, 40, 1.44)], "t", cmd)
 
 
 def test_the_loss_table_shows_each_mode_and_its_counts():
@@ -190,7 +191,7 @@ def test_the_loss_table_shows_each_mode_and_its_counts():
     r["loss_distant"]["identity"] = 1.4
     r["loss_diff"]["ridge-identity"] = {"mean": -0.35, "lo": -0.5, "hi": -0.2}
     r["loss_all_diff"] = {"ridge-exact": {"mean": 0.02, "lo": 0.01, "hi": 0.03}}
-    lines = frontier.markdown([r, _row(18, 1024, 4096, 80, 70, 1.32)]).splitlines()
+    lines = frontier_report.markdown([r, _row(18, 1024, 4096, 80, 70, 1.32)]).splitlines()
     head, sep, row = lines[-3:]
     assert head.count("|") == sep.count("|") == row.count("|") and row.startswith("| 17 | 1024 | 4096 |")
     assert "1.000 / 1.400 / 1.050 (6, 20)" in row and "-0.350 [-0.500, -0.200]" in row and "+0.020 [+0.010, +0.030]" in row
@@ -204,7 +205,7 @@ def test_tune_writes_only_the_maps_its_store_measured(tmp_path):
 
     from ridgefill.evals.session import fingerprint
     from ridgefill.evals.store import ResultStore
-    from ridgefill.tune import check_measured_maps
+    from ridgefill.tune.operating_point import check_measured_maps
 
     (tmp_path / "fit").mkdir()
     w = gguf.GGUFWriter(str(tmp_path / "fit" / "s3.gguf"), "llama")
@@ -224,7 +225,7 @@ def test_tune_writes_only_the_maps_its_store_measured(tmp_path):
 
 
 def test_a_report_keeps_its_title_when_rerun_without_one(tmp_path):
-    from ridgefill.tune import report_title
+    from ridgefill.tune.operating_point import report_title
 
     base = tmp_path / "m.gguf"
     assert report_title(None, tmp_path, base) == "m.gguf: quality vs speed by split"
@@ -244,7 +245,7 @@ def test_the_report_lists_every_command_that_measured_its_work_directory(tmp_pat
     assert frontier.record_command(tmp_path, timed) == [timed]  # the same run, now also timed
     loss = "ridgefill tune m.gguf --splits 17-19 --docs 24"
     assert frontier.recorded_commands(tmp_path) == [timed] and frontier.record_command(tmp_path, loss) == [timed, loss]
-    md = frontier.markdown([_row(15, 1024, 4096, 80, 40, 1.44)], "t", frontier.recorded_commands(tmp_path))
+    md = frontier_report.markdown([_row(15, 1024, 4096, 80, 40, 1.44)], "t", frontier.recorded_commands(tmp_path))
     assert f"- `{timed}`\n- `{loss}`" in md and "Command:" not in md
 
 

@@ -4,7 +4,8 @@ import subprocess
 
 import pytest
 
-from ridgefill import paths, upstream
+from ridgefill import paths
+from ridgefill.upstream import tree as upstream
 
 
 def test_series_is_numbered_without_gaps():

@@ -8,8 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from ridgefill import cli, fetch, paths, upstream
-from ridgefill import upstream_rebase as rb
+from ridgefill.cli import commands as cli
+from ridgefill import fetch
+from ridgefill import paths
+from ridgefill.upstream import cli as upstream_cli
+from ridgefill.upstream import tree as upstream
+from ridgefill.upstream import rebase as rb
 
 GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}
@@ -140,20 +144,20 @@ def test_conflict_stops_mid_am_then_continue_exports(old, tmp_path, monkeypatch,
     monkeypatch.setattr(upstream, "patches_dir", lambda: series)
     monkeypatch.setattr(rb, "default_old", lambda: repo)
     argv = ["rebase", "--tree", str(tree), "--patches", str(out)]
-    assert upstream.main([*argv, "--onto", str(new)]) == 1
+    assert upstream_cli.main([*argv, "--onto", str(new)]) == 1
     err = capsys.readouterr().err
     assert "0002-patch-two.patch conflicts with the new upstream in: src/a.c" in err
     assert (tree / ".git" / "rebase-apply").is_dir()
     assert "<<<<<<<" in (tree / "src" / "a.c").read_text()
     assert not out.exists()
 
-    assert upstream.main(["rebase", "--continue", "--tree", str(tree)]) == 1, "unresolved: refused"
+    assert upstream_cli.main(["rebase", "--continue", "--tree", str(tree)]) == 1, "unresolved: refused"
     assert "not resolved yet" in capsys.readouterr().err
 
     resolved = edit(A, l5="int a_5 = 500; /* patch 1 */", l30="int a_30 = 3000; /* patch 2 */")  # patch 2 wins
     (tree / "src" / "a.c").write_text(lines(*resolved))
     git(tree, "add", "src/a.c")
-    assert upstream.main(["rebase", "--continue", "--tree", str(tree)]) == 0
+    assert upstream_cli.main(["rebase", "--continue", "--tree", str(tree)]) == 0
     assert "rebased series (3 patches)" in capsys.readouterr().out
     written = sorted(out.glob("*.patch"))
     assert [p.name for p in written] == [p.name for p in sorted(series.glob("*.patch"))]
@@ -238,7 +242,7 @@ def test_a_source_that_is_neither_path_nor_version_is_refused(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(upstream.UpstreamError, match="must be a .tar.gz or .tgz"):
         rb.resolve_source(str(tmp_path / "notes.txt"))
-    assert upstream.main(["rebase", "--onto", "no/such/dir", "--dry-run"]) == 1
+    assert upstream_cli.main(["rebase", "--onto", "no/such/dir", "--dry-run"]) == 1
 
 
 def test_a_tree_that_is_not_a_rebase_tree_is_never_replaced_or_removed(tmp_path):
@@ -253,7 +257,7 @@ def test_a_tree_that_is_not_a_rebase_tree_is_never_replaced_or_removed(tmp_path)
 
 def test_cli_has_upstream_rebase():
     args = cli.build_parser().parse_args(["upstream", "rebase", "--onto", "0.3.34", "--dry-run"])
-    assert args.func is upstream.run and args.upstream_cmd == "rebase" and args.onto == "0.3.34" and args.dry_run
+    assert args.func is upstream_cli.run and args.upstream_cmd == "rebase" and args.onto == "0.3.34" and args.dry_run
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["upstream", "rebase", "--onto", "x", "--continue"])
 

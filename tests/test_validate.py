@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from conftest import write_gguf
-from ridgefill import validate
+from ridgefill.format import validate
 
 D, N_LAYER, SPLIT = 8, 4, 1
 KEYS = {"llama.block_count": N_LAYER, "llama.embedding_length": D, "llama.context_length": 64,

@@ -14,12 +14,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import costmodel, models, pack, paths, pipeline
-from .calibrate import CaptureConfig
+from .bench import costmodel
+from .sources import models
+from . import format as fmt
+from . import paths
+from .fit import pipeline
+from .fit.capture import CaptureConfig
 from .evals.needle import single_needle, string_match_all
-from .pack import Defaults, identity_of, inspect
+from .format import Defaults, identity_of, inspect
 from .runtime import Model
-from .server import LlamaServer, ridgefill_flags, tool_path, ttft_ms
+from .paths import tool_path
+from .serve.server import LlamaServer, ridgefill_flags, ttft_ms
 
 PROMPT_TOKENS = 4096
 SPLIT = 18
@@ -79,7 +84,7 @@ def main(model_name: str = models.DEFAULT_MODEL, threads: int | None = None) -> 
         for mode in reversed(ms):  # ridge first: its slot still holds the last timed (ridge) prompt
             answers[mode] = answer(srv, item.tokens, mode)
     shape = costmodel.Shape.from_model(model)
-    bound = costmodel.bound(shape, item.n_tokens, SPLIT, SINKS, TAIL, lagged=pack.n_lagged(gguf))
+    bound = costmodel.bound(shape, item.n_tokens, SPLIT, SINKS, TAIL, lagged=fmt.n_lagged(gguf))
     med = {m: statistics.median(v) for m, v in ms.items()}
     print()
     if filled == 0:

@@ -23,7 +23,7 @@ memory. Sinks and tail rows run the full model.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from .errors import InputError
+from ..errors import InputError
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Shape:
 
     @classmethod
     def from_gguf(cls, path) -> "Shape":
-        from .gguf_io import field, open_gguf
+        from ..format.gguf_io import field, open_gguf
 
         reader = open_gguf(path)
         meta = {k: field(reader, k) for k in reader.fields if not k.startswith("tokenizer.")}

@@ -20,8 +20,10 @@ import tarfile
 import time
 from pathlib import Path
 
-from . import bench, fetch, models, synth, ttft_report
-from .gguf_io import copy_field, field, open_gguf
+from . import ttft as bench, synth, report as ttft_report
+from .. import fetch
+from ..sources import models
+from ..format.gguf_io import copy_field, field, open_gguf
 
 # what a CUDA build of llama-bench reads from the patched tree (docs, models, examples, tests stay)
 SOURCE_PARTS = ("CMakeLists.txt", "cmake", "common", "ggml", "include", "src", "tools", "vendor", "LICENSE", "licenses")
@@ -118,57 +120,3 @@ def _gpu_name() -> str:
         return out.stdout.strip() or "none"
     except (OSError, subprocess.SubprocessError):
         return "none"
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from .cli_args import list_option
-
-    ap = argparse.ArgumentParser(prog="python -m ridgefill.gpu_bench")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    pc = sub.add_parser("pack", help="write the carry folder (run where the repo was built)")
-    pc.add_argument("--src", type=Path, required=True)
-    pc.add_argument("--dest", type=Path, required=True)
-    gn = sub.add_parser("gen", help="write the shapes' GGUFs ahead (e.g. while the build runs)")
-    gn.add_argument("--tokenizer", type=Path, required=True)
-    list_option(gn, "--shapes", default=["llama-3.1-8b", "qwen3-8b"])
-    list_option(gn, "--lengths", int, default=[16384, 32768, 65536, 131072])
-    gn.add_argument("--weight-type", default="f16", choices=["f16", "q8_0"])
-    gn.add_argument("--workdir", type=Path, required=True)
-    rn = sub.add_parser("run", help="synthetic shapes + TTFT through a (CUDA) llama-bench")
-    rn.add_argument("--llama-bench", type=Path, required=True)
-    rn.add_argument("--tokenizer", type=Path, required=True)
-    list_option(rn, "--shapes", default=["llama-3.1-8b", "qwen3-8b"])
-    list_option(rn, "--lengths", int, default=[16384, 32768, 65536, 131072])
-    rn.add_argument("--runs", type=int, default=3)
-    list_option(rn, "--modes", default=list(DEFAULT_MODES))
-    rn.add_argument("--tail", type=int, default=2048)
-    rn.add_argument("--sinks", type=int, default=4)
-    rn.add_argument("--ngl", type=int, default=999)
-    rn.add_argument("--threads", type=int, default=8)
-    rn.add_argument("--ubatch", type=int, default=2048)
-    rn.add_argument("--weight-type", default="f16", choices=["f16", "q8_0"])
-    rn.add_argument("--workdir", type=Path, required=True)
-    rn.add_argument("--out", type=Path, required=True)
-    rn.add_argument("--deadline-s", type=float, default=None, help="start no new length after this many seconds")
-    args = ap.parse_args(argv)
-    if args.cmd == "pack":
-        print(pack_carry(args.src, args.dest))
-        return 0
-    if args.cmd == "gen":
-        args.workdir.mkdir(parents=True, exist_ok=True)
-        for shape in args.shapes:
-            print(make_model(shape, args.workdir, args.tokenizer, args.weight_type, max(args.lengths) + 256)[0], flush=True)
-        return 0
-    log = lambda msg: print(msg, flush=True)  # noqa: E731
-    run(args.llama_bench, args.shapes, args.lengths, args.runs, args.workdir, args.out, args.tokenizer,
-        sinks=args.sinks, tail=args.tail, ngl=args.ngl, weight_type=args.weight_type, threads=args.threads,
-        ubatch=args.ubatch, deadline=None if args.deadline_s is None else time.time() + args.deadline_s,
-        modes=tuple(args.modes), progress=log)
-    print(f"results: {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,8 +15,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 from . import costmodel
-from .route import parse_mode
-from .split_prefill import fill_range
+from ..fit.route import parse_mode
+from ..runtime.split_prefill import fill_range
 
 
 @dataclass

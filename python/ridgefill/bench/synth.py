@@ -18,20 +18,20 @@ from pathlib import Path
 
 import numpy as np
 
-from . import pack
-from .files import atomic_output
-from .gguf_io import copy_gguf, open_gguf
-from .ridge import LayerFit, Maps
-from .route import RouteStats
-from .stats import Provenance
-from .errors import InputError
+from .. import format as fmt
+from ..files import atomic_output
+from ..format.gguf_io import copy_gguf, open_gguf
+from ..fit.ridge import LayerFit, Maps
+from ..fit.route import RouteStats
+from ..fit.stats import Provenance
+from ..errors import InputError
 
 _ZEROED = re.compile(r"blk\.(\d+)\.(attn_output|ffn_down|ffn_down_exps|ffn_down_shexp|ssm_out)\.weight$")
 
 
 def passthrough(base: str | os.PathLike, split: int, out: str | os.PathLike) -> Path:
     reader = open_gguf(base)
-    ident = pack.identity_of(base, reader)
+    ident = fmt.identity_of(base, reader)
     if not 1 <= split < ident.n_layer:
         raise InputError(f"split {split} out of range [1, {ident.n_layer})")
     zeroed = []
@@ -50,16 +50,16 @@ def passthrough(base: str | os.PathLike, split: int, out: str | os.PathLike) -> 
 
 
 def identity_maps(base: str | os.PathLike, split: int, out: str | os.PathLike, map_type: str = "f32",
-                  defaults: pack.Defaults = pack.Defaults(), route: bool = False) -> Path:
+                  defaults: fmt.Defaults = fmt.Defaults(), route: bool = False) -> Path:
     """`route`: routing statistics too (μ = 0, P = I, so leverage = ‖h‖²; they cost what fitted ones do)."""
-    ident = pack.identity_of(base)
+    ident = fmt.identity_of(base)
     layers = list(range(split + 1, ident.n_layer))
     d = ident.n_embd
     stats = RouteStats(np.zeros(d, np.float32), np.eye(d, dtype=np.float32)) if route else None
     maps = Maps(split, layers, np.broadcast_to(np.eye(d, dtype=np.float32), (len(layers), d, d)).copy(),
                 np.zeros((len(layers), d), np.float32), [LayerFit(l, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0) for l in layers],
                 route=stats)
-    return pack.pack(base, maps, ident, Provenance(backend="synthetic"), out, map_type=map_type, defaults=defaults)
+    return fmt.pack(base, maps, ident, Provenance(backend="synthetic"), out, map_type=map_type, defaults=defaults)
 
 
 # ---- shape-faithful random-weight models (speed only) ----------------------------------

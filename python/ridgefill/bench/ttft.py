@@ -19,15 +19,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import costmodel, pack
-from .errors import RidgefillError
-from .route import parse_mode
-from .split_prefill import nothing_filled
-from .server import LlamaServer, ridgefill_flags, tool_path, ttft_ms
-from .ttft_report import LengthResult, summarize
+from . import costmodel
+from .. import format as fmt
+from ..errors import RidgefillError
+from ..fit.route import parse_mode
+from ..runtime.split_prefill import nothing_filled
+from ..paths import tool_path
+from ..serve.server import LlamaServer, ridgefill_flags, ttft_ms
+from .report import LengthResult, summarize
 
 if TYPE_CHECKING:
-    from .runtime import Model
+    from ..runtime import Model
 
 
 class BenchError(RidgefillError, RuntimeError):
@@ -97,7 +99,7 @@ def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identit
 
 
 def _prose_tokens(m: Model) -> np.ndarray:
-    from . import corpus
+    from ..sources import corpus
 
     return m.tokenize("\n\n".join(d.text for d in corpus.evaluation_documents()), add_special=False)
 
@@ -138,7 +140,7 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
                 batch: int = 2048, ubatch: int = 512, progress=print, rpc: str | None = None) -> dict:
     """TTFT through llama-server (server.ttft_ms): wall time of a 1-token completion of a fresh N-token prompt;
     `rpc` as in ttft()."""
-    from .runtime import Model
+    from ..runtime import Model
 
     m = Model(model)
     check_server_lengths(m, lengths)
@@ -180,7 +182,7 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
 
 def _resolve(model, modes, split, sinks, tail):
     """Split, sinks and tail: the arguments, else the GGUF's ridgefill.* metadata, else llama.cpp's defaults."""
-    from .gguf_io import field, open_gguf
+    from ..format.gguf_io import field, open_gguf
 
     reader = open_gguf(model)
     maps_split = int(field(reader, "ridgefill.split_layer") or 0)
@@ -189,7 +191,7 @@ def _resolve(model, modes, split, sinks, tail):
         raise BenchError(f"{model} has no ridge maps: fit it first (ridgefill fit) or drop the ridge mode")
     if split is None and any(x != "exact" for x in modes):
         raise BenchError("no split layer: pass --split for identity fill on a model without maps")
-    stored = pack.Defaults.stored(field(reader, "ridgefill.sink_rows"), field(reader, "ridgefill.tail_rows"))
+    stored = fmt.Defaults.stored(field(reader, "ridgefill.sink_rows"), field(reader, "ridgefill.tail_rows"))
     sinks = stored.sink_rows if sinks is None else sinks
     tail = stored.tail_rows if tail is None else tail
     return split, sinks, tail
@@ -208,7 +210,7 @@ def _warn_unfilled(lengths, modes, sinks: int, tail: int, progress) -> None:
 def map_bytes(model) -> int:
     """Bytes of RidgeFill maps in the GGUF; 0 for a model without maps (exact/identity runs)."""
     try:
-        return pack.inspect(model)["map_bytes"]
+        return fmt.inspect(model)["map_bytes"]
     except ValueError:
         return 0
 
@@ -216,7 +218,7 @@ def map_bytes(model) -> int:
 def lagged_maps(model) -> int:
     """Late layers whose map also reads the previous row; 0 for a model without maps."""
     try:
-        return pack.n_lagged(model)
+        return fmt.n_lagged(model)
     except ValueError:
         return 0
 
@@ -226,14 +228,15 @@ def fit_speed(model_path: str, split: int, tokens: int, threads: int = 2, window
     import resource
     import time
 
-    from . import corpus, ridge
-    from .calibrate import CaptureConfig, accumulate, capture_llama
-    from .runtime import Model
-    from .stats import CalibrationStats
+    from ..sources import corpus
+    from ..fit import ridge
+    from ..fit.capture import CaptureConfig, accumulate, capture_llama
+    from ..runtime import Model
+    from ..fit.stats import CalibrationStats
 
     cfg = CaptureConfig(split=split, tokens=tokens, window=window, threads=threads)
     docs = corpus.default_calibration()
-    identity = pack.identity_of(model_path)
+    identity = fmt.identity_of(model_path)
     m = Model(model_path)
     ctx = m.context(n_ctx=window, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch, threads=threads)
 

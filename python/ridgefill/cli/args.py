@@ -1,4 +1,4 @@
-"""The one list-argument convention of the command line.
+"""Argument types every entry point shares: the one list-argument convention, shards and shares.
 
 Every option that takes several values accepts them space-separated, comma-separated or both:
 `--lengths 1024 2048`, `--lengths 1024,2048` and `--lengths 1024, 2048` are the same list.
@@ -8,6 +8,7 @@ Integer options also take inclusive ranges: `--splits 15-18` is `--splits 15 16 
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Callable, Sequence
 
 
@@ -18,7 +19,7 @@ class _Flatten(argparse.Action):
 
 def mode(text: str) -> str:
     """A fill mode's name (route.parse_mode: exact, identity, ridge, identity@P, ridge@P)."""
-    from .route import parse_mode
+    from ..fit.route import parse_mode
 
     parse_mode(text)
     return text
@@ -40,7 +41,7 @@ def list_option(p: argparse.ArgumentParser, flag: str, item: Callable = str, cho
         try:
             return item(x)
         except ValueError as err:
-            from .errors import RidgefillError
+            from ..errors import RidgefillError
 
             why = str(err) if isinstance(err, RidgefillError) else f"{x!r} is not a valid {item.__name__}"
             raise argparse.ArgumentTypeError(why) from None
@@ -55,3 +56,33 @@ def list_option(p: argparse.ArgumentParser, flag: str, item: Callable = str, cho
     if "default" in kwargs and kwargs["default"] is not None:
         kwargs["default"] = tuple(kwargs["default"])
     return p.add_argument(flag, nargs="+", type=parse, action=_Flatten, **kwargs)
+
+
+def shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N, e.g. 0/2, not {text!r}") from None
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"shard {text}: need 0 <= I < N")
+    return i, n
+
+
+def share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+    if not (math.isfinite(value) and 0 <= value < 1):
+        raise argparse.ArgumentTypeError(f"{text}: need a share in [0, 1)")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text}: need a finite number > 0")
+    return value

@@ -11,9 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-from .cli_args import list_option
-from .errors import RidgefillError
-from .evals import profiles
+from .args import list_option
+from ..errors import RidgefillError
+from ..evals import profiles
 
 COMMANDS = {
     "needle": (("needle",), "needle retrieval with every needle inside the filled region [k, N-T)"),
@@ -28,7 +28,7 @@ MAX_NEW = 256  # room after the prompt for generated answers
 
 
 def splice_modes(model) -> tuple[str, ...]:
-    from .costmodel import Shape
+    from ..bench.costmodel import Shape
 
     return SPLICE_MODES + (HYBRID_SPLICE_MODES if Shape.from_model(model).attn_interval else ())
 
@@ -81,7 +81,8 @@ def plan_from_args(args) -> profiles.Plan:
 
 
 def default_models(threads: int | None) -> list[Path]:
-    from . import demo, models
+    from .. import demo
+    from ..sources import models
 
     base = models.fetch_model(models.DEFAULT_MODEL)
     print(f"model: {models.DEFAULT_MODEL} with maps at split {demo.SPLIT} (fitted and cached on first use)",
@@ -90,8 +91,8 @@ def default_models(threads: int | None) -> list[Path]:
 
 
 def cmd_eval(args) -> int:
-    from .evals import runner
-    from .evals.session import Session, variants_named
+    from ..evals import runner
+    from ..evals.session import Session, variants_named
 
     plan = plan_from_args(args)
     splice_cmd = args.eval_cmd == "splice"
@@ -102,7 +103,7 @@ def cmd_eval(args) -> int:
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     res = runner.run(session, plan, out, variants, progress=not args.quiet, log=log, plots=not args.no_plots)
     if splice_cmd:
-        from .evals import attribution
+        from ..evals import attribution
 
         res.document["splice_shares"] = rows = attribution.shares(res.document["records"], n_boot=plan.n_boot,
                                                                   seed=plan.seed)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import corpus
+from ..sources import corpus
 from ..errors import InputError
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "

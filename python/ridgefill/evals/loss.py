@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .. import corpus
+from ..sources import corpus
 from ..runtime import head_stop
 from ..errors import InputError
 

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..route import mode_name, parse_mode
+from ..fit.route import mode_name, parse_mode
 from ..runtime import Context, Model
 from .prefill import Hook
 from ..errors import InputError
@@ -150,7 +150,7 @@ class Session:
 
     def default_rows(self) -> tuple[int, int]:
         """Sinks and tail of the first GGUF's ridgefill.* metadata, else pack.Defaults (4, 1024)."""
-        from ..pack import Defaults
+        from ..format import Defaults
 
         meta = self.base.metadata
         d = Defaults.stored(meta.get("ridgefill.sink_rows"), meta.get("ridgefill.tail_rows"))
@@ -187,8 +187,8 @@ def fingerprint(path: str | os.PathLike, split: int | None, routed: bool) -> str
     itself (sinks, tail, routed share) and, for an unrouted variant, without the routing statistics it
     never reads. Records are only resumed for the same content, so a refit that adds routing statistics
     to the same maps keeps the maps' records."""
-    from ..gguf_io import content_sha256
-    from ..pack import KEY, ROUTE_MEAN, ROUTE_WHITEN
+    from ..format.gguf_io import content_sha256
+    from ..format.keys import KEY, ROUTE_MEAN, ROUTE_WHITEN
 
     stats = set() if routed else {ROUTE_MEAN.format(split), ROUTE_WHITEN.format(split)}
     defaults = [KEY.format(k) for k in ("sink_rows", "tail_rows", "route_fraction")]  # every record states its own

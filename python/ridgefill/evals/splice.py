@@ -29,7 +29,7 @@ import hashlib
 
 import numpy as np
 
-from .. import costmodel
+from ..bench import costmodel
 from ..runtime import Context
 from .prefill import Head, run_head
 from .session import EXACT_CUT, Variant, register

@@ -19,11 +19,12 @@ from typing import Callable
 
 import numpy as np
 
-from . import calib_windows
-from .corpus import Document, corpus_hash
-from .runtime import CAPTURE_ARCHS as SUPPORTED_ARCHS  # builders that record each layer's input
-from .stats import CalibrationStats, ModelIdentity, Moments, Provenance
-from .errors import RidgefillError
+from . import windows as calib_windows
+from ..sources.corpus import Document, corpus_hash
+from ..runtime import supported_archs  # builders that record each layer's input
+from ..format.identity import ModelIdentity
+from .stats import CalibrationStats, Moments, Provenance
+from ..errors import RidgefillError
 
 
 class CalibrationError(RidgefillError, ValueError):
@@ -57,9 +58,9 @@ def check_split(identity: ModelIdentity, split: int) -> None:
 
 
 def check_arch(identity: ModelIdentity) -> None:
-    if identity.arch not in SUPPORTED_ARCHS:
+    if identity.arch not in supported_archs():
         raise CalibrationError(f"architecture {identity.arch!r} is not supported "
-                               f"(supported: {', '.join(sorted(SUPPORTED_ARCHS))})")
+                               f"(supported: {', '.join(sorted(supported_archs()))})")
 
 
 def assign(docs: list[Document], cfg: CaptureConfig) -> tuple[list[Document], list[Document]]:
@@ -135,7 +136,7 @@ def capture_llama(model_path, docs: list[Document], cfg: CaptureConfig, identity
                   splits: list[int] | None = None) -> list[CalibrationStats]:
     """Run the documents through llama.cpp and accumulate statistics (backend `llama`): one
     CalibrationStats per split (default [cfg.split]), all from one forward pass per window."""
-    from .runtime import Model
+    from ..runtime import Model
 
     splits = sorted(set(splits or [cfg.split]))
     check_arch(identity)

@@ -12,10 +12,11 @@ from typing import Callable
 
 import numpy as np
 
-from .calibrate import CaptureConfig, accumulate, check_rows, check_split, previous_rows, update_all
-from .corpus import Document
-from .stats import CalibrationStats, ModelIdentity, Moments
-from .errors import InputError
+from .capture import CaptureConfig, accumulate, check_rows, check_split, previous_rows, update_all
+from ..sources.corpus import Document
+from ..format.identity import ModelIdentity
+from .stats import CalibrationStats, Moments
+from ..errors import InputError
 
 
 def load_hf(path: str, gguf_file: str | None = None, dtype: str = "float32"):

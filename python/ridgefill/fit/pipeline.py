@@ -8,10 +8,12 @@ import os
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from . import corpus, pack, ridge
-from .calibrate import CaptureConfig, capture_llama, check_arch, check_split
+from ..sources import corpus
+from .. import format as fmt
+from . import ridge
+from .capture import CaptureConfig, capture_llama, check_arch, check_split
 from .stats import CalibrationStats, merge_files
-from .errors import InputError
+from ..errors import InputError
 
 
 RECIPE = 3  # bump when a fit computes something else from the same corpus and settings (2: identity blend, 3: lagged maps)
@@ -42,7 +44,7 @@ def calibrate_splits(base: str | os.PathLike, cfg: CaptureConfig, splits: list[i
     """Statistics for several splits from one capture pass (llama backend), in ascending split order."""
     from tqdm import tqdm
 
-    identity = pack.identity_of(base)
+    identity = fmt.identity_of(base)
     check_arch(identity)
     for s in splits:
         check_split(identity, s)
@@ -57,8 +59,8 @@ def calibrate_splits(base: str | os.PathLike, cfg: CaptureConfig, splits: list[i
 
 
 def _capture_hf(base, hf_path, docs, cfg, identity, progress):
-    from .calibrate_hf import capture_hf, load_hf
-    from .runtime import Model
+    from .capture_hf import capture_hf, load_hf
+    from ..runtime import Model
 
     tok_model = Model(base)  # the GGUF's tokenizer, so both backends see the same rows
     if hf_path is None:  # transformers dequantizes the GGUF itself
@@ -73,13 +75,13 @@ def load_stats(paths: list[str]) -> CalibrationStats:
 
 
 def fit_and_pack(base, stats: CalibrationStats, out, map_type: str = "f16",
-                 defaults: pack.Defaults = pack.Defaults(), maps_out=None, blend: bool = True, lam: float | None = None,
+                 defaults: fmt.Defaults = fmt.Defaults(), maps_out=None, blend: bool = True, lam: float | None = None,
                  lag_gain: float | None = ridge.DEFAULT_LAG_GAIN) -> ridge.Maps:
-    """Fit, save and pack. `lam` fixes λ/scale for every layer instead of choosing it on held-out rows;
+    """Fit, save and fmt. `lam` fixes λ/scale for every layer instead of choosing it on held-out rows;
     `lag_gain` None fits per-row maps only (ridge.fit)."""
     maps = ridge.fit(stats, blend=blend, grid=ridge.DEFAULT_GRID if lam is None else (lam,), lag_gain=lag_gain)
     if maps_out:
         ridge.save_maps(maps_out, maps, stats.identity, stats.provenance)
     if out:
-        pack.pack(base, maps, stats.identity, stats.provenance, out, map_type=map_type, defaults=defaults)
+        fmt.pack(base, maps, stats.identity, stats.provenance, out, map_type=map_type, defaults=defaults)
     return maps

@@ -38,7 +38,7 @@ import numpy as np
 from .route import RouteStats
 from .route import from_moments as route_stats
 from .stats import CalibrationStats, Moments
-from .errors import InputError
+from ..errors import InputError
 
 DEFAULT_GRID = tuple(10.0 ** e for e in np.arange(-6.0, 1.01, 0.5))
 DEFAULT_LAG_GAIN = 0.1
@@ -257,7 +257,7 @@ MAPS_FORMAT = "ridgefill-maps/1"
 
 def save_maps(path, maps: Maps, identity, provenance) -> Path:
     """Maps + the model identity and calibration provenance they belong to (npz)."""
-    from .files import save_npz
+    from ..files import save_npz
 
     meta = {"split": maps.split, "layers": maps.layers, "fits": [asdict(f) for f in maps.fits],
             "identity": asdict(identity), "provenance": asdict(provenance)}
@@ -271,9 +271,10 @@ def save_maps(path, maps: Maps, identity, provenance) -> Path:
 
 def load_maps(path):
     """(maps, identity, provenance) from a file written by save_maps."""
-    from .stats import ModelIdentity, Provenance
+    from ..format.identity import ModelIdentity
+    from .stats import Provenance
 
-    from .files import load_npz
+    from ..files import load_npz
 
     try:
         meta, data = load_npz(path, MAPS_FORMAT)

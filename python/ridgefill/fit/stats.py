@@ -17,25 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .files import load_npz, save_npz
-from .errors import RidgefillError
+from ..files import load_npz, save_npz
+from ..format.identity import ModelIdentity
+from ..errors import RidgefillError
 
 FORMAT = "ridgefill-stats/2"  # 2: x carries the previous row's split state
 
 
 class StatsError(RidgefillError, ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class ModelIdentity:
-    arch: str
-    n_layer: int
-    n_embd: int
-    base_sha256: str  # sha256 of the base GGUF file
-
-    def mismatch(self, other: "ModelIdentity") -> list[str]:
-        return [f"{k}: {a!r} != {b!r}" for k, a, b in ((k, getattr(self, k), getattr(other, k)) for k in asdict(self)) if a != b]
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .corpus import KIND_WEIGHTS, Document
+from ..sources.corpus import KIND_WEIGHTS, Document
 
 SEPARATOR = "\n\n"  # between two pieces of a window
 

@@ -14,8 +14,8 @@ from typing import Callable, Iterable
 import gguf
 import numpy as np
 
-from .files import atomic_output
-from .errors import MissingFile, RidgefillError
+from ..files import atomic_output
+from ..errors import MissingFile, RidgefillError
 
 
 class GGUFError(RidgefillError, ValueError):

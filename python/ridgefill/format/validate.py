@@ -16,11 +16,11 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from .fetch import sha256_file
+from ..fetch import sha256_file
 from .gguf_io import field, open_gguf
-from .pack import FORMAT_VERSION, MAP_BIAS, MAP_PREV, MAP_WEIGHT, ROUTE_MEAN, ROUTE_WHITEN
-# the loader's supported set (llama_rf_map_type_supported); each is tested through the fill path
-MAP_WEIGHT_TYPES = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
+from .keys import (BASE_SHA256, FORMAT_VERSION, FORMAT_VERSION_KEY, KEY, MAP_BIAS, MAP_PREV, MAP_SUFFIXES, MAP_WEIGHT,
+                   MAP_WEIGHT_TYPES, PER_LAYER, ROUTE_FRACTION, ROUTE_MEAN, ROUTE_WHITEN, SPLIT_LAYER)
+
 LOADER = ("format_version", "split_layer", "sink_rows", "tail_rows", "maps", "route")
 
 
@@ -43,10 +43,10 @@ def check_file(path: str | os.PathLike, base: str | os.PathLike | None = None,
     n_ctx_train = int(field(reader, f"{arch}.context_length") or 0)
 
     checks = [_format_version(reader)]
-    split = _uint32(reader, "ridgefill.split_layer")
+    split = _uint32(reader, SPLIT_LAYER)
     checks.append(_in_range("split_layer", split, 1, n_layer - 1))
     for key in ("sink_rows", "tail_rows"):
-        checks.append(_in_range(key, _uint32(reader, f"ridgefill.{key}"), 0, n_ctx_train, optional=True,
+        checks.append(_in_range(key, _uint32(reader, KEY.format(key)), 0, n_ctx_train, optional=True,
                                 bound_name="n_ctx_train"))
     split_ok = isinstance(split, int) and 1 <= split < n_layer
     checks.append(_maps(reader, split if split_ok else None, n_layer, n_embd))
@@ -68,18 +68,18 @@ def _uint32(reader, key: str):
 
 
 def _format_version(reader) -> Check:
-    v = _uint32(reader, "ridgefill.format_version")
+    v = _uint32(reader, FORMAT_VERSION_KEY)
     if v is None:
-        return Check("format_version", False, "ridgefill.format_version is missing")
+        return Check("format_version", False, f"{FORMAT_VERSION_KEY} is missing")
     if not isinstance(v, int):
-        return Check("format_version", False, f"ridgefill.format_version is {v}, expected uint32")
+        return Check("format_version", False, f"{FORMAT_VERSION_KEY} is {v}, expected uint32")
     if v != FORMAT_VERSION:
-        return Check("format_version", False, f"ridgefill.format_version = {v} is not supported (this build reads {FORMAT_VERSION})")
-    return Check("format_version", True, f"ridgefill.format_version = {v}")
+        return Check("format_version", False, f"{FORMAT_VERSION_KEY} = {v} is not supported (this build reads {FORMAT_VERSION})")
+    return Check("format_version", True, f"{FORMAT_VERSION_KEY} = {v}")
 
 
 def _in_range(name: str, v, lo: int, hi: int, optional: bool = False, bound_name: str | None = None) -> Check:
-    key = f"ridgefill.{name}"
+    key = KEY.format(name)
     if v is None:
         return Check(name, optional, f"{key} is absent (default)" if optional else f"{key} is missing")
     if not isinstance(v, int):
@@ -90,16 +90,13 @@ def _in_range(name: str, v, lo: int, hi: int, optional: bool = False, bound_name
     return Check(name, True, f"{key} = {v}")
 
 
-_MAP_TENSORS = ("ridge_map.weight", "ridge_map.bias", "ridge_map_prev.weight")  # blk.{l}.<one of these>
-
-
 def _maps(reader, split: int | None, n_layer: int, n_embd: int) -> Check:
     tensors = {t.name: t for t in reader.tensors if ".ridge_map." in t.name or ".ridge_map_prev." in t.name}
     if split is None:
-        return Check("maps", False, "maps not checked: no valid ridgefill.split_layer")
+        return Check("maps", False, f"maps not checked: no valid {SPLIT_LAYER}")
     for name in sorted(tensors):
         blk, layer, rest = (name.split(".", 2) + ["", ""])[:3]
-        if blk != "blk" or not layer.isdigit() or rest not in _MAP_TENSORS:
+        if blk != "blk" or not layer.isdigit() or rest not in MAP_SUFFIXES:
             return Check("maps", False, f"{name}: not a RidgeFill map tensor")
         if not split < int(layer) < n_layer:
             return Check("maps", False, f"{name}: map for a layer outside ({split}, {n_layer})")
@@ -119,21 +116,21 @@ def _route(reader, split: int | None, n_embd: int) -> Check:
     """Routing statistics (patch "model : load RidgeFill routing statistics"): optional, both or
     neither, f32, on the split layer only; ridgefill.route_fraction in [0, 1] and > 0 only with them."""
     tensors = {t.name: t for t in reader.tensors if ".ridge_route." in t.name}
-    f = reader.get_field("ridgefill.route_fraction")
+    f = reader.get_field(ROUTE_FRACTION)
     if f is not None and f.types != [gguf.GGUFValueType.FLOAT32]:
-        return Check("route", False, f"ridgefill.route_fraction is a {'/'.join(t.name for t in f.types)}, expected float32")
+        return Check("route", False, f"{ROUTE_FRACTION} is a {'/'.join(t.name for t in f.types)}, expected float32")
     fraction = float(f.contents()) if f is not None else 0.0
     if not 0.0 <= fraction <= 1.0:
-        return Check("route", False, f"ridgefill.route_fraction = {fraction:g} is out of range [0, 1]")
+        return Check("route", False, f"{ROUTE_FRACTION} = {fraction:g} is out of range [0, 1]")
     if split is None:
-        return Check("route", not tensors, "routing statistics not checked: no valid ridgefill.split_layer")
+        return Check("route", not tensors, f"routing statistics not checked: no valid {SPLIT_LAYER}")
     names = {ROUTE_MEAN.format(split): [n_embd], ROUTE_WHITEN.format(split): [n_embd, n_embd]}
     for name in tensors:
         if name not in names:
             return Check("route", False, f"{name}: routing statistics belong to the split layer {split} only")
     if not tensors:
         if fraction > 0:
-            return Check("route", False, f"ridgefill.route_fraction = {fraction:g} needs {' and '.join(names)}, which are missing")
+            return Check("route", False, f"{ROUTE_FRACTION} = {fraction:g} needs {' and '.join(names)}, which are missing")
         return Check("route", True, "no routing statistics (routing unavailable)")
     for name, shape in names.items():
         t = tensors.get(name)
@@ -179,19 +176,19 @@ def _map_problem(w, b, layer: int, d: int) -> str | None:
 
 
 def _finite_stats(reader) -> Check:
-    for key in ("lambda", "heldout_r2", "heldout_r2_identity", "identity_blend"):
-        f = reader.get_field(f"ridgefill.{key}")
+    for key in PER_LAYER.values():
+        f = reader.get_field(key)
         if f is None:
             continue
         values = f.contents()
         if not isinstance(values, list) or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in values):
-            return Check("stats", False, f"ridgefill.{key} holds a non-finite or non-numeric value")
+            return Check("stats", False, f"{key} holds a non-finite or non-numeric value")
     return Check("stats", True, "lambda and held-out R² are finite")
 
 
 def _base_sha256(reader, base: Path) -> Check:
-    recorded = field(reader, "ridgefill.base_sha256")
+    recorded = field(reader, BASE_SHA256)
     actual = sha256_file(base)
     if recorded != actual:
-        return Check("base_sha256", False, f"ridgefill.base_sha256 = {recorded!r}, but {base} has sha256 {actual}")
-    return Check("base_sha256", True, f"ridgefill.base_sha256 matches {base}")
+        return Check("base_sha256", False, f"{BASE_SHA256} = {recorded!r}, but {base} has sha256 {actual}")
+    return Check("base_sha256", True, f"{BASE_SHA256} matches {base}")

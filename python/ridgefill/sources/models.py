@@ -11,9 +11,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import fetch, paths
-from .files import atomic_write_from
-from .errors import RidgefillError
+from .. import fetch
+from .. import paths
+from ..files import atomic_write_from
+from ..errors import RidgefillError
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ NOT_IN_COMMAND = ("--report-only", "--quiet", "-o", "--output")
 
 
 def _base_arg(base: Path) -> str:
-    from . import models
+    from ..sources import models
 
     for name in models.REGISTRY:
         if base.absolute() == models.cached_path(name).absolute():

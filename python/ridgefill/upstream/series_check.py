@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import paths, upstream
-from .upstream import UpstreamError, _git
+from .. import paths
+from . import tree as upstream
+from .tree import UpstreamError, _git
 
 TARGETS = ("llama", "llama-server", "llama-bench", "llama-perplexity", "llama-quantize", "ggml-rpc-server")
 

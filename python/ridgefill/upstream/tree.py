@@ -6,23 +6,22 @@ one commit for upstream (tag `upstream`) and one commit per file in ggml-patches
 Developers edit that tree, commit, and `export` writes the commits back as the series.
 
 Only files a patch touches are rewritten when the series changes (git reset + git am),
-so CMake's persistent build folder recompiles just those. `rebase` (upstream_rebase.py) moves the
+so CMake's persistent build folder recompiles just those. `rebase` (rebase.py) moves the
 series to another upstream.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
-from . import fetch, paths
-from .errors import RidgefillError
+from .. import fetch
+from .. import paths
+from ..errors import RidgefillError
 
 SDIST_SPEC = "llama-cpp-python==0.3.36"
 SDIST_NAME = "llama_cpp_python-0.3.36.tar.gz"
@@ -49,7 +48,7 @@ def patches_dir() -> Path:
 
 
 def tree_dir() -> Path:
-    return paths.build_dir() / "llama.cpp"
+    return paths.upstream_tree()
 
 
 def fetch_sdist() -> Path:
@@ -234,64 +233,3 @@ def export(tree: Path | None = None, out: Path | None = None) -> list[Path]:
 def build_commit() -> str:
     """A build identifier: upstream commit + a short hash of the patch series."""
     return f"{UPSTREAM_COMMIT}+rf.{series_hash()[:8]}"
-
-
-def add_commands(sub) -> None:
-    """The subcommands, on `sub` (subparsers with dest `upstream_cmd`); `ridgefill upstream` shares them."""
-    sub.add_parser("fetch", help="download and verify the pinned sdist; print its path")
-    p = sub.add_parser("prepare", help="build/llama.cpp = upstream + ggml-patches/")
-    p.add_argument("--force", action="store_true", help="drop local commits/changes in the tree")
-    p.add_argument("--tree", type=Path)
-    e = sub.add_parser("export", help="write the tree's commits back to ggml-patches/")
-    e.add_argument("--tree", type=Path)
-    sub.add_parser("status", help="is the tree in step with ggml-patches/?")
-    sub.add_parser("build-commit", help="print the build identifier")
-    from .upstream_rebase import add_command as add_rebase
-
-    add_rebase(sub)
-    from .series_check import add_command as add_check
-    from .series_doc import add_command as add_doc
-
-    add_check(sub)
-    add_doc(sub)
-
-
-def run(args) -> int:
-    try:
-        if args.upstream_cmd == "fetch":
-            print(fetch_sdist())
-        elif args.upstream_cmd == "prepare":
-            print(prepare(args.tree, force=args.force))
-        elif args.upstream_cmd == "export":
-            for p in export(args.tree):
-                print(p)
-        elif args.upstream_cmd == "status":
-            print(status())
-        elif args.upstream_cmd == "build-commit":
-            print(build_commit())
-        elif args.upstream_cmd == "rebase":
-            from .upstream_rebase import run as run_rebase
-
-            return run_rebase(args)
-        elif args.upstream_cmd == "check-series":
-            from .series_check import run as run_check
-
-            return run_check(args)
-        elif args.upstream_cmd == "series-doc":
-            from .series_doc import run as run_doc
-
-            return run_doc(args)
-    except RidgefillError as err:  # not UpstreamError: under `python -m`, upstream_rebase raises ridgefill.upstream's
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ridgefill.upstream", description=__doc__.split("\n")[0])
-    add_commands(ap.add_subparsers(dest="upstream_cmd", required=True))
-    return run(ap.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,138 @@
+"""`ridgefill bench ttft|soak|report|fit`: the maintained benchmarks."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..sources import models
+from .args import list_option, mode
+
+def _cmd_bench_ttft(args) -> int:
+    from ..bench import ttft as bench, report as ttft_report
+
+    log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.quiet else (lambda msg: None)
+    run = {"bench": bench.ttft, "server": bench.ttft_server}
+    if "server" in args.paths:  # before any measuring: a long llama-bench run would be lost
+        from ..runtime import Model
+
+        bench.check_server_lengths(Model(args.model), args.lengths)
+    summaries = {}
+    for path in args.paths:
+        s = run[path](args.model, args.lengths, runs=args.runs, modes=tuple(args.modes), threads=args.threads,
+                      sinks=args.sinks, tail=args.tail, split=args.split, batch=args.batch, ubatch=args.ubatch,
+                      progress=log, rpc=args.rpc)
+        summaries[s["path"]] = s
+    if args.json_out:
+        from pathlib import Path
+
+        Path(args.json_out).write_text(json.dumps(summaries, indent=2))
+    if args.plot:
+        log(f"plot: {ttft_report.plot(list(summaries.values()), args.plot)}")
+    print(json.dumps(summaries, indent=2) if args.json else "\n\n".join(map(ttft_report.markdown, summaries.values())))
+    return 0
+
+
+def _cmd_bench_soak(args) -> int:
+    from pathlib import Path
+
+    from ..serve import soak
+    from ..runtime import Model
+
+    base = Path(args.base or models.fetch_model(models.DEFAULT_MODEL))
+    import argparse as text_source  # a long, fixed text on every machine: the stdlib's argparse source
+
+    tokens = Model(base).tokenize(Path(text_source.__file__).read_text())
+    result = soak.soak(Path(args.model), base, args.mode, tokens, args.requests, args.threads, args.max_seconds,
+                       args.seed, args.split)
+    table = soak.render(result)
+    print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    if args.md:
+        Path(args.md).write_text(soak.report(result, " ".join(["bench/soak", *sys.argv[3:]])))
+    passes = result["passes"]
+    bad = any(r["errors"] or not r["server_alive"] for r in passes) or not result["leak_check"]["exact_after_fill_equals_stock"]
+    bad |= any(r.get("filled_share_min") is not None and r["filled_share_min"] < 1.0 for r in passes)
+    return 1 if bad else 0
+
+
+def _cmd_bench_report(args) -> int:
+    from pathlib import Path
+
+    from ..bench import ttft as bench, report as ttft_report
+
+    summaries = []
+    for path in args.files:
+        saved = json.loads(Path(path).read_text())
+        if not isinstance(saved, dict) or not all(isinstance(s, dict) and "results" in s for s in saved.values()):
+            raise bench.BenchError(f"{path} is not a `ridgefill bench ttft --json-out` file")
+        summaries += [{"path": name, **s} for name, s in saved.items()]
+    summaries = ttft_report.merge_summaries(summaries)
+    if args.plot:
+        print(f"plot: {ttft_report.plot(summaries, args.plot)}", file=sys.stderr)
+    print("\n\n".join(map(ttft_report.markdown, summaries)))
+    return 0
+
+
+def _cmd_bench_fit(args) -> int:
+    from ..bench import ttft as bench
+
+    res = bench.fit_speed(args.model, args.split, args.tokens, threads=args.threads)
+    if args.json_out:
+        from pathlib import Path
+
+        Path(args.json_out).write_text(json.dumps(res, indent=2))
+    print(json.dumps(res, indent=2))
+    return 0
+
+
+def add_commands(sub) -> None:
+    bp = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_cmd", required=True)
+    bs = bp.add_parser("soak", help="a 4-slot llama-server under mixed exact/fill requests, against stock (exit 1 on "
+                                    "an error, a crash, a partial fill or a leak)")
+    bs.add_argument("--model", required=True, help="augmented GGUF (ridge maps), or a base GGUF with --mode identity")
+    bs.add_argument("--base", help="base GGUF for the stock passes (default: the default model)")
+    bs.add_argument("--mode", choices=("ridge", "identity"), default="ridge")
+    bs.add_argument("--split", type=int, help="split layer (identity; ridge takes the maps')")
+    bs.add_argument("--requests", type=int, default=200)
+    bs.add_argument("--threads", type=int, default=2)
+    bs.add_argument("--max-seconds", type=float, default=1800, help="bound on each pass")
+    bs.add_argument("--seed", type=int, default=0)
+    bs.add_argument("--json", help="write the result here")
+    bs.add_argument("--md", help="write a markdown report (table, command, what each column means) here")
+    bs.set_defaults(func=_cmd_bench_soak)
+
+    bt = bp.add_parser("ttft", help="TTFT exact vs fill through the patched llama-bench and llama-server, interleaved")
+    bt.add_argument("--model", required=True, help="augmented GGUF (ridge), or any GGUF with --modes exact identity")
+    list_option(bt, "--lengths", int, default=[4096])
+    bt.add_argument("--runs", type=int, default=5, help="interleaved runs per mode (median reported)")
+    list_option(bt, "--modes", mode, default=["exact", "identity", "ridge"],
+                help="exact, identity, ridge; identity@P, ridge@P: P %% of each fill ubatch routed")
+    bt.add_argument("--threads", type=int, default=2)
+    bt.add_argument("--split", type=int, default=None, help="default: the model's ridgefill.split_layer")
+    bt.add_argument("--sinks", type=int, default=None)
+    bt.add_argument("--tail", type=int, default=None)
+    bt.add_argument("--batch", type=int, default=2048)
+    bt.add_argument("--ubatch", type=int, default=512)
+    bt.add_argument("--json", action="store_true", help="print the JSON summary instead of a table")
+    bt.add_argument("--json-out", help="also write the JSON summary here")
+    list_option(bt, "--paths", default=["bench", "server"], choices=["bench", "server"],
+                help="measure through llama-bench, llama-server or both (default)")
+    bt.add_argument("--plot", metavar="PNG", help="write TTFT and speed-up vs length (bound drawn) here")
+    bt.add_argument("--rpc", metavar="HOST:PORT,...", help="every layer on these ggml-rpc-servers (-ngl 999)")
+    bt.add_argument("--quiet", action="store_true")
+    bt.set_defaults(func=_cmd_bench_ttft)
+
+    br = bp.add_parser("report", help="tables (and a plot) again from saved `bench ttft --json-out` files")
+    br.add_argument("files", nargs="+", metavar="JSON")
+    br.add_argument("--plot", metavar="PNG")
+    br.set_defaults(func=_cmd_bench_report)
+
+    bf = bp.add_parser("fit", help="capture cost vs exact prefill, solve time, peak RSS")
+    bf.add_argument("--model", required=True)
+    bf.add_argument("--split", type=int, default=15)
+    bf.add_argument("--tokens", type=int, default=262144)
+    bf.add_argument("--threads", type=int, default=2)
+    bf.add_argument("--json-out")
+    bf.set_defaults(func=_cmd_bench_fit)

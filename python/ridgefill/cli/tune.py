@@ -1,0 +1,75 @@
+"""`ridgefill tune`: the arguments and the report of tune.operating_point."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..evals import profiles
+from ..tune import frontier
+from ..tune.operating_point import NoOperatingPoint, check_measured_maps, fit_config, run
+from .args import list_option
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("tune", help="fit candidate splits from one capture, measure quality and speed, and write the "
+                                    "fastest configuration within a quality budget")
+    p.add_argument("base", help="base GGUF")
+    list_option(p, "--splits", int, metavar="S", help="candidate split layers (default: the upper half, "
+                                                      "L/2 .. L-3)")
+    list_option(p, "--tails", int, metavar="T", help="candidate tail rows (default 1024)")
+    list_option(p, "--routes", float, metavar="P", help="candidate routed shares in percent of each fill ubatch "
+                                                          "(default 0: none; e.g. 0,2,5,10)")
+    p.add_argument("--sinks", type=int, default=4)
+    list_option(p, "--lengths", int, metavar="N", help="prompt lengths (default 4096)")
+    p.add_argument("--budget-needles", type=float, default=5.0, help="needle points ridge may lose against exact")
+    p.add_argument("--budget-loss", type=float, default=0.02, help="nats of distant-token loss ridge may add")
+    p.add_argument("--profile", choices=sorted(profiles.PROFILES), default="quick", help="eval plan (default quick)")
+    p.add_argument("--needles-only", action="store_true", help="skip the loss measurement (a wide first pass)")
+    list_option(p, "--needle-tasks", metavar="TASK", help="needle tasks (default: the profile's)")
+    p.add_argument("--items", type=int, help="needle items per task and length (default: the profile's)")
+    p.add_argument("--docs", type=int, help="loss documents per length (default: the profile's)")
+    list_option(p, "--modes", default=None, help="variants (default exact,identity,ridge; ridge@P: P %% routed)")
+    p.add_argument("--tokens", type=int, default=16384, help="calibration tokens of the one capture")
+    p.add_argument("--measure", action="store_true", help="also time each candidate with llama-bench")
+    p.add_argument("--runs", type=int, default=3, help="llama-bench runs per mode and length with --measure")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--work-dir", help="resumable work directory (default ridgefill-tune-<base name>)")
+    p.add_argument("--title", help="report title")
+    p.add_argument("--report-only", action="store_true",
+                   help="run no eval: report the quality the work directory's store holds (a sweep left "
+                        "part-way); with --measure, still time the candidates")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("-o", "--output", help="augmented GGUF to write with the chosen split, sinks and tail")
+    p.set_defaults(func=cmd_tune)
+
+
+def _loss_gap_text(row: dict) -> str:
+    gap = row.get("loss_diff", {}).get("ridge-exact")
+    return f", distant-token loss {gap['mean']:+.3f} nats over exact" if gap else ""
+
+
+def cmd_tune(args) -> int:
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    rows, work = run(args, log)
+    print((work / "frontier.md").read_text())
+    print(f"frontier: {work / 'frontier.md'}, {work / 'frontier.png'}")
+    if not args.output:
+        return 0
+    chosen, best = frontier.choose(rows, args.budget_needles, args.budget_loss)
+    if chosen is None:
+        where = ("none measured" if best is None else
+                 f"the best found is split {best['split']}, tail {best['tail']} at {best['n_tokens']} tokens: "
+                 f"needles {best.get('needle', {}).get('ridge', float('nan')):.1f} vs exact "
+                 f"{best.get('needle', {}).get('exact', float('nan')):.1f}" + _loss_gap_text(best))
+        raise NoOperatingPoint(f"no configuration meets --budget-needles {args.budget_needles} and --budget-loss "
+                               f"{args.budget_loss}; {where}. Widen the budget or add earlier splits / longer tails")
+    # the store holds the quality, not the maps (a fresh clone of a committed report): fit the chosen split if absent
+    frontier.fit_candidates(Path(args.base), [chosen["split"]], fit_config(args), work, log)
+    check_measured_maps(work, chosen["split"])
+    frontier.write_tuned(Path(args.base), work, chosen, Path(args.output))
+    print(f"chosen: split {chosen['split']}, sinks {chosen['sinks']}, tail {chosen['tail']}, "
+          f"routed {100 * chosen.get('route', 0.0):g} % "
+          f"({frontier.speedup(chosen):.2f}x, needles {chosen['needle']['ridge']:.1f} vs exact {chosen['needle']['exact']:.1f})")
+    print(f"wrote {args.output}")
+    return 0

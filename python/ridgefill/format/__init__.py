@@ -1,0 +1,16 @@
+"""The augmented GGUF: a base GGUF plus ridge maps, routing statistics and ridgefill.* metadata.
+
+Owns every key and tensor name (`keys`, the one definition `write`, `read`, `validate` and
+`inspection` share), GGUF I/O on llama.cpp's own `gguf` package (`gguf_io`), which model a file
+is (`identity`), writing (`write.pack`), reading maps back (`read`), the loader's checks in
+Python (`validate`) and `ridgefill inspect` (`inspection`). The fork's loader reads the same names.
+"""
+
+from .gguf_io import GGUFError
+from .identity import ModelIdentity, has_maps, identity_of
+from .inspection import inspect
+from .read import n_lagged, read_maps, read_prev_maps, read_route
+from .write import Defaults, PackError, pack
+
+__all__ = ["Defaults", "GGUFError", "ModelIdentity", "PackError", "has_maps", "identity_of", "inspect", "n_lagged",
+           "pack", "read_maps", "read_prev_maps", "read_route"]

@@ -1,0 +1,57 @@
+"""`ridgefill inspect`: an augmented GGUF's metadata, map tensors and the loader's checks, as one dict."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from . import validate
+from .gguf_io import GGUFError, open_gguf
+from .identity import has_maps
+from .keys import MAP_BIAS, MAP_PREV, PER_LAYER, PREFIX, ROUTE_WHITEN, layer_of
+
+
+def inspect(path: str | os.PathLike, base: str | os.PathLike | None = None) -> dict:
+    """RidgeFill metadata, map tensors and the loader's checks (validate.py) of an augmented GGUF."""
+    reader = open_gguf(path)
+    if not has_maps(reader):
+        raise GGUFError(f"{path} carries no RidgeFill maps")
+    meta = {k[len(PREFIX):]: _plain(reader.fields[k].contents()) for k in reader.fields if k.startswith(PREFIX)}
+    tensors = {t.name: t for t in reader.tensors}
+    layers, total = [], 0
+    for name in sorted((n for n in tensors if n.endswith(".ridge_map.weight")), key=layer_of):
+        layer = layer_of(name)
+        w, b, p = tensors[name], tensors.get(MAP_BIAS.format(layer)), tensors.get(MAP_PREV.format(layer))
+        nbytes = int(w.n_bytes) + (int(b.n_bytes) if b else 0) + (int(p.n_bytes) if p else 0)
+        total += nbytes
+        layers.append({
+            "layer": layer,
+            **{k: _per_layer(meta, k, layer) for k in PER_LAYER},
+            "type": w.tensor_type.name,
+            "shape": [int(x) for x in w.shape],
+            "bias": b is not None,
+            "previous_row": p is not None,
+            "bytes": nbytes,
+        })
+    checks = [c.as_dict() for c in validate.check_file(path, base, reader)]
+    split = meta.get("split_layer")
+    route = isinstance(split, int) and ROUTE_WHITEN.format(split) in tensors
+    return {"path": str(path), "metadata": meta, "layers": layers, "map_bytes": total, "route": route, "checks": checks,
+            "loads": all(c["ok"] for c in checks if c["name"] in validate.LOADER)}
+
+
+def _per_layer(meta: dict, name: str, layer: int):
+    """The per-layer statistic `name` of `layer` (lists start at split + 1), None where the metadata lacks it."""
+    values, split = meta.get(PER_LAYER[name][len(PREFIX):]), meta.get("split_layer")
+    if not isinstance(values, list) or not isinstance(split, int) or not 0 <= layer - split - 1 < len(values):
+        return None
+    return values[layer - split - 1]
+
+
+def _plain(v):
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v

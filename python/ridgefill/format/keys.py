@@ -1,0 +1,49 @@
+"""Every name of the augmented GGUF: the ridgefill.* keys, the map and routing tensors, their types.
+
+The fork's loader (patch "model : load RidgeFill maps, previous-row maps and routing statistics")
+reads the same names; `validate` checks a file against them and `write` writes them.
+"""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+
+FORMAT_VERSION = 1  # the value of FORMAT_VERSION_KEY this package writes and the fork reads
+
+PREFIX = "ridgefill."
+KEY = PREFIX + "{}"
+
+# metadata keys
+FORMAT_VERSION_KEY = KEY.format("format_version")  # uint32
+SPLIT_LAYER = KEY.format("split_layer")            # uint32: the maps' split layer s
+SINK_ROWS = KEY.format("sink_rows")                # uint32: default sink rows (optional)
+TAIL_ROWS = KEY.format("tail_rows")                # uint32: default tail rows (optional)
+ROUTE_FRACTION = KEY.format("route_fraction")      # float32 in [0, 1]: default routed share (optional)
+LAMBDA = KEY.format("lambda")                      # [float] per late layer, from s + 1
+HELDOUT_R2 = KEY.format("heldout_r2")
+HELDOUT_R2_IDENTITY = KEY.format("heldout_r2_identity")
+IDENTITY_BLEND = KEY.format("identity_blend")
+CALIB_TOKENS = KEY.format("calib_tokens")          # uint64
+CORPUS_HASH = KEY.format("corpus_hash")            # string
+BASE_SHA256 = KEY.format("base_sha256")            # string: sha256 of the base GGUF file
+
+# per-layer statistics: inspect's name -> the key (a list that starts at layer s + 1)
+PER_LAYER = {"lambda": LAMBDA, "r2_ridge": HELDOUT_R2, "r2_identity": HELDOUT_R2_IDENTITY, "blend": IDENTITY_BLEND}
+
+# tensors (ggml ne = {d_in, d_out}; numpy shape (d_out, d_in))
+MAP_WEIGHT = "blk.{}.ridge_map.weight"
+MAP_BIAS = "blk.{}.ridge_map.bias"
+MAP_PREV = "blk.{}.ridge_map_prev.weight"  # a lagged map's weight on the previous row's split state
+ROUTE_MEAN = "blk.{}.ridge_route.mean"     # on the split layer only
+ROUTE_WHITEN = "blk.{}.ridge_route.whiten"
+MAP_SUFFIXES = ("ridge_map.weight", "ridge_map.bias", "ridge_map_prev.weight")
+
+MAP_TYPES = {"f32": np.float32, "f16": np.float16}  # what `pack` writes a map weight as
+# the loader's supported set (llama_rf_map_type_supported); each is tested through the fill path
+MAP_WEIGHT_TYPES = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
+
+
+def layer_of(tensor_name: str) -> int:
+    """The layer of a `blk.{l}.*` tensor name."""
+    return int(tensor_name.split(".")[1])
