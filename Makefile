@@ -49,8 +49,10 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
+# MODEL=<registry name> (ridgefill model list) runs it on another model, e.g. MODEL=qwen2.5-coder-1.5b;
+# NGL=N puts N layers on a GPU build's devices (-ngl; default all of them, as llama.cpp's tools)
 demo: setup
-	$(PY) -m ridgefill demo
+	$(PY) -m ridgefill demo $(if $(MODEL),--model $(MODEL)) $(if $(NGL),--n-gpu-layers $(NGL))
 
 # Patch workflow: build/llama.cpp is a git tree (tag `upstream` + one commit per patch).
 patches-apply: $(VENV)/.deps

@@ -1,8 +1,8 @@
-"""`make demo`: the main job on the default model, end to end, with a short table.
+"""`make demo [MODEL=name]`: the main job on a registry model (default SmolLM2-135M), end to end, with a short table.
 
-Fetch and verify SmolLM2-135M, fit ridge maps at split 18 on the default calibration
-corpus (cached after the first run), write the augmented GGUF, serve it with the patched
-llama-server in RidgeFill mode, and compare exact and ridge prefill at 4K prompt tokens:
+Fetch and verify the model, fit ridge maps at 60 % of its depth (split 18 of SmolLM2's 30 layers)
+on the default calibration corpus (cached after the first run), write the augmented GGUF, serve it
+with the patched llama-server in RidgeFill mode, and compare exact and ridge prefill at 4K prompt tokens:
 TTFT (the wall time of a 1-token request, as `bench ttft` measures it; interleaved, median of 3) beside the cost-model
 bound, and a needle placed inside the filled region.
 """
@@ -27,17 +27,26 @@ from .paths import tool_path
 from .serve.server import LlamaServer, ridgefill_flags, ttft_ms
 
 PROMPT_TOKENS = 4096
-SPLIT = 18
+SPLIT_DEPTH = 0.6  # split 18 of SmolLM2's 30 layers, 17 of Qwen2.5-Coder-1.5B's 28
 SINKS, TAIL = 4, 1024
-CALIB_TOKENS = 16384  # d = 576: 16K rows pin down the 576x576 maps; keeps the demo under 20 minutes
+ROWS_PER_WIDTH = 28  # calibration rows per unit of width: SmolLM2's d = 576 takes 16384 (16K rows pin down its maps)
 RUNS = 3
 
 
-def fitted_model(base: Path, split: int, threads: int | None) -> Path:
+def demo_split(n_layer: int) -> int:
+    return round(SPLIT_DEPTH * n_layer)
+
+
+def calib_tokens(n_embd: int) -> int:
+    """Calibration tokens for a d x d map: ROWS_PER_WIDTH * d, in whole 4096-token steps."""
+    return 4096 * -(-ROWS_PER_WIDTH * n_embd // 4096)
+
+
+def fitted_model(base: Path, split: int, tokens: int, threads: int | None, ngl: int = -1) -> Path:
     """The augmented GGUF for `base`, fitted once and cached next to the model cache; a cached file
     fitted from another corpus, other settings or by an older recipe is not reused."""
-    cfg = CaptureConfig(split=split, tokens=CALIB_TOKENS, threads=threads)
-    out = paths.cache_dir() / "fitted" / f"{base.stem}-s{split}-t{CALIB_TOKENS}-{pipeline.recipe_key(cfg)}.gguf"
+    cfg = CaptureConfig(split=split, tokens=tokens, threads=threads, n_gpu_layers=ngl)
+    out = paths.cache_dir() / "fitted" / f"{base.stem}-s{split}-t{tokens}-{pipeline.recipe_key(cfg)}.gguf"
     if out.is_file():
         try:
             if inspect(out)["metadata"]["base_sha256"] == identity_of(base).base_sha256:
@@ -56,19 +65,22 @@ def answer(srv: LlamaServer, tokens, mode: str) -> str:
                                     "temperature": 0.0, "ridgefill": mode})["content"]
 
 
-def main(model_name: str = models.DEFAULT_MODEL, threads: int | None = None) -> int:
+def main(model_name: str = models.DEFAULT_MODEL, threads: int | None = None, ngl: int = -1) -> int:
     t0 = time.monotonic()
     print(f"[1/4] fetching {model_name} (verified by sha256)", flush=True)
     base = models.fetch_model(model_name)
-    print(f"[2/4] ridge maps at split {SPLIT} from {CALIB_TOKENS} calibration tokens (cached after the first run)", flush=True)
-    gguf = fitted_model(base, SPLIT, threads)
-    model = Model(gguf)
+    ident = identity_of(base)
+    split, tokens = demo_split(ident.n_layer), calib_tokens(ident.n_embd)
+    print(f"[2/4] ridge maps at split {split} of {ident.n_layer} from {tokens} calibration tokens "
+          "(cached after the first run)", flush=True)
+    gguf = fitted_model(base, split, tokens, threads, ngl)
+    model = Model(gguf, n_gpu_layers=0)  # its tokenizer and shape; the server measures
     item = single_needle(model, PROMPT_TOKENS, depth=0.5, seed=7)
     lo, hi = SINKS, item.n_tokens - TAIL
     assert lo <= item.needle_rows[0] and item.needle_rows[1] <= hi, "needle must lie in the filled region"
 
     log = Path(tempfile.gettempdir()) / "ridgefill-demo-server.log"
-    args = ["-b", "2048", "-ub", "512", "-fa", "on", *ridgefill_flags("ridge", sinks=SINKS, tail=TAIL)]
+    args = ["-b", "2048", "-ub", "512", "-fa", "on", "-ngl", str(ngl), *ridgefill_flags("ridge", sinks=SINKS, tail=TAIL)]
     ctx = PROMPT_TOKENS + 64
     print(f"[3/4] serving {gguf.name} with the patched llama-server (log: {log})", flush=True)
     ms = {"exact": [], "ridge": []}
@@ -84,13 +96,13 @@ def main(model_name: str = models.DEFAULT_MODEL, threads: int | None = None) -> 
         for mode in reversed(ms):  # ridge first: its slot still holds the last timed (ridge) prompt
             answers[mode] = answer(srv, item.tokens, mode)
     shape = costmodel.Shape.from_model(model)
-    bound = costmodel.bound(shape, item.n_tokens, SPLIT, SINKS, TAIL, lagged=fmt.n_lagged(gguf))
+    bound = costmodel.bound(shape, item.n_tokens, split, SINKS, TAIL, lagged=fmt.n_lagged(gguf))
     med = {m: statistics.median(v) for m, v in ms.items()}
     print()
     if filled == 0:
         print(f"WARNING: the ridge requests filled no rows (sinks {SINKS}, tail {TAIL}, {item.n_tokens} tokens): "
               "both modes ran the exact model")
-    print(f"{model_name} ({base.name}), split {SPLIT}, sinks {SINKS}, tail {TAIL}, {item.n_tokens} prompt tokens "
+    print(f"{model_name} ({base.name}), split {split}, sinks {SINKS}, tail {TAIL}, {item.n_tokens} prompt tokens "
           f"({filled} filled), needle '{item.answers[0]}' at row {item.needle_rows[0]}")
     print("| mode | TTFT ms (median of 3) | speed-up | cost-model bound | needle |")
     print("| --- | --- | --- | --- | --- |")
