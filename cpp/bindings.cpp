@@ -601,7 +601,7 @@ PYBIND11_MODULE(_core, m) {
           "register rpc-servers (host:port) as devices of the models loaded afterwards");
 
     py::class_<Model, std::shared_ptr<Model>>(m, "Model")
-        .def(py::init<const std::string &, int, bool, bool>(), py::arg("path"), py::arg("n_gpu_layers") = 0,
+        .def(py::init<const std::string &, int, bool, bool>(), py::arg("path"), py::arg("n_gpu_layers") = -1,
              py::arg("use_mmap") = true, py::arg("vocab_only") = false)
         .def_property_readonly("path", &Model::path)
         .def_property_readonly("n_layer", &Model::n_layer)

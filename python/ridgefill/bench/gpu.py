@@ -101,7 +101,7 @@ def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, wor
                 report.setdefault("skipped", []).append({"shape": shape, "n_tokens": n})
                 continue
             s = bench.ttft(str(model), [n], runs=runs, modes=modes, threads=threads, sinks=sinks, tail=tail, split=split,
-                           batch=ubatch, ubatch=ubatch, tool=str(llama_bench), extra_args=("-ngl", str(ngl)),
+                           batch=ubatch, ubatch=ubatch, tool=str(llama_bench), ngl=ngl,
                            progress=progress)
             done += s["results"]
             s["results"] = done

@@ -71,10 +71,11 @@ def round_order(modes, i: int) -> list:
 
 def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identity", "ridge"), threads: int = 2,
          sinks: int | None = None, tail: int | None = None, split: int | None = None, batch: int = 2048,
-         ubatch: int = 512, progress=print, tool: str | None = None, extra_args: tuple = (), rpc: str | None = None) -> dict:
-    """TTFT through llama-bench; `tool`/`extra_args`: another build of it (CUDA) and its flags (-ngl);
-    `rpc`: 'host:port,...' of ggml-rpc-servers that hold every layer."""
-    extra_args = (*extra_args, "-rpc", rpc, "-ngl", "999") if rpc else extra_args
+         ubatch: int = 512, progress=print, tool: str | None = None, extra_args: tuple = (), rpc: str | None = None,
+         ngl: int = -1) -> dict:
+    """TTFT through llama-bench; `tool`/`extra_args`: another build of it (CUDA) and its flags;
+    `rpc`: 'host:port,...' of ggml-rpc-servers; `ngl`: layers on the GPU or RPC devices (-1: all of them)."""
+    extra_args = (*extra_args, *_placement(rpc, ngl))
     split, sinks, tail = _resolve(model, modes, split, sinks, tail)
     _warn_unfilled(lengths, modes, sinks, tail, progress)
     shape = costmodel.Shape.from_gguf(model)
@@ -94,7 +95,7 @@ def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identit
     out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(model), lagged_maps(model))
     out["path"] = "llama-bench"
     out["round_order"] = "alternating"
-    out["rpc"] = rpc
+    out["rpc"], out["ngl"] = rpc, ngl
     return out
 
 
@@ -113,9 +114,13 @@ def _server_prompt(m: Model, toks: np.ndarray, n_tokens: int, run: int) -> list[
     return [int(t) for t in piece]
 
 
-def _server_args(mode: str, split, sinks, tail, batch, ubatch, rpc: str | None = None) -> list[str]:
-    remote = ["--rpc", rpc, "-ngl", "999"] if rpc else []
-    return ["-b", str(batch), "-ub", str(ubatch), "-fa", "on", "--cache-ram", "0", *remote,
+def _placement(rpc: str | None, ngl: int) -> list[str]:
+    """Where the layers go, in the flags llama-bench and llama-server share (-ngl -1 is "all" in both)."""
+    return [*(["--rpc", rpc] if rpc else []), "-ngl", str(ngl)]
+
+
+def _server_args(mode: str, split, sinks, tail, batch, ubatch, rpc: str | None = None, ngl: int = -1) -> list[str]:
+    return ["-b", str(batch), "-ub", str(ubatch), "-fa", "on", "--cache-ram", "0", *_placement(rpc, ngl),
             *ridgefill_flags(mode, split, sinks, tail)]
 
 
@@ -137,17 +142,17 @@ def check_server_lengths(m, lengths: list[int]) -> None:
 
 def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identity", "ridge"),
                 threads: int = 2, sinks: int | None = None, tail: int | None = None, split: int | None = None,
-                batch: int = 2048, ubatch: int = 512, progress=print, rpc: str | None = None) -> dict:
+                batch: int = 2048, ubatch: int = 512, progress=print, rpc: str | None = None, ngl: int = -1) -> dict:
     """TTFT through llama-server (server.ttft_ms): wall time of a 1-token completion of a fresh N-token prompt;
-    `rpc` as in ttft()."""
+    `rpc` and `ngl` as in ttft()."""
     from ..runtime import Model
 
-    m = Model(model)
+    m = Model(model, n_gpu_layers=0)  # its tokenizer and training context only
     check_server_lengths(m, lengths)
     split, sinks, tail = _resolve(model, modes, split, sinks, tail)
     _warn_unfilled(lengths, modes, sinks, tail, progress)
     fill_modes = [x for x in modes if x != "exact"] or ["exact"]
-    servers = {x: LlamaServer(model, _server_args(x, split, sinks, tail, batch, ubatch, rpc), ctx=max(lengths) + 64,
+    servers = {x: LlamaServer(model, _server_args(x, split, sinks, tail, batch, ubatch, rpc, ngl), ctx=max(lengths) + 64,
                               threads=threads) for x in fill_modes}
     serve = lambda mode: servers.get(mode, servers[fill_modes[0]])  # noqa: E731
     prose = _prose_tokens(m)
@@ -176,7 +181,7 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
                     map_bytes(model), lagged_maps(model))
     out["path"] = "llama-server"
     out["round_order"] = "alternating"
-    out["rpc"] = rpc
+    out["rpc"], out["ngl"] = rpc, ngl
     return out
 
 

@@ -86,3 +86,21 @@ def positive_float(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text}: need a finite number > 0")
     return value
+
+
+def gpu_layers(text: str) -> int:
+    """-ngl N: a layer count >= 0, or -1 (llama.cpp's default: every layer on the devices there are)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a layer count or -1, not {text!r}") from None
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"{text}: need N >= 0, or -1 for every layer")
+    return value
+
+
+def add_gpu_layers(p: argparse.ArgumentParser, *aliases: str) -> argparse.Action:
+    """-ngl/--n-gpu-layers, as llama.cpp's tools spell and default it, on a command that loads a model."""
+    return p.add_argument("-ngl", "--n-gpu-layers", *aliases, dest="n_gpu_layers", type=gpu_layers, default=-1,
+                          metavar="N", help="layers on the GPU or RPC devices (default -1: every layer, as llama.cpp's "
+                                            "tools; 0: CPU only). A CPU-only build has no devices")

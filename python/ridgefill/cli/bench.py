@@ -6,7 +6,7 @@ import json
 import sys
 
 from ..sources import models
-from .args import list_option, mode
+from .args import add_gpu_layers, list_option, mode
 
 def _cmd_bench_ttft(args) -> int:
     from ..bench import ttft as bench, report as ttft_report
@@ -16,12 +16,12 @@ def _cmd_bench_ttft(args) -> int:
     if "server" in args.paths:  # before any measuring: a long llama-bench run would be lost
         from ..runtime import Model
 
-        bench.check_server_lengths(Model(args.model), args.lengths)
+        bench.check_server_lengths(Model(args.model, n_gpu_layers=0), args.lengths)
     summaries = {}
     for path in args.paths:
         s = run[path](args.model, args.lengths, runs=args.runs, modes=tuple(args.modes), threads=args.threads,
                       sinks=args.sinks, tail=args.tail, split=args.split, batch=args.batch, ubatch=args.ubatch,
-                      progress=log, rpc=args.rpc)
+                      progress=log, rpc=args.rpc, ngl=args.n_gpu_layers)
         summaries[s["path"]] = s
     if args.json_out:
         from pathlib import Path
@@ -42,7 +42,7 @@ def _cmd_bench_soak(args) -> int:
     base = Path(args.base or models.fetch_model(models.DEFAULT_MODEL))
     import argparse as text_source  # a long, fixed text on every machine: the stdlib's argparse source
 
-    tokens = Model(base).tokenize(Path(text_source.__file__).read_text())
+    tokens = Model(base, n_gpu_layers=0).tokenize(Path(text_source.__file__).read_text())
     result = soak.soak(Path(args.model), base, args.mode, tokens, args.requests, args.threads, args.max_seconds,
                        args.seed, args.split)
     table = soak.render(result)
@@ -120,7 +120,9 @@ def add_commands(sub) -> None:
     list_option(bt, "--paths", default=["bench", "server"], choices=["bench", "server"],
                 help="measure through llama-bench, llama-server or both (default)")
     bt.add_argument("--plot", metavar="PNG", help="write TTFT and speed-up vs length (bound drawn) here")
-    bt.add_argument("--rpc", metavar="HOST:PORT,...", help="every layer on these ggml-rpc-servers (-ngl 999)")
+    bt.add_argument("--rpc", metavar="HOST:PORT,...", help="register these ggml-rpc-servers as devices (with the default "
+                                                              "-ngl, every layer goes there)")
+    add_gpu_layers(bt)
     bt.add_argument("--quiet", action="store_true")
     bt.set_defaults(func=_cmd_bench_ttft)
 

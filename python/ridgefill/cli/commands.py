@@ -10,12 +10,13 @@ from ..sources import models
 from ..upstream import cli as upstream_cli
 from . import bench, eval, fit, tune
 from . import models as model_commands
+from .args import add_gpu_layers
 
 
 def _cmd_demo(args) -> int:
     from .. import demo
 
-    return demo.main(args.model, args.threads)
+    return demo.main(args.model, args.threads, args.n_gpu_layers)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,9 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     eval.add_eval_parser(sub)
     tune.add_parser(sub)
 
-    dm = sub.add_parser("demo", help="the main job on the default model (what `make demo` runs)")
+    dm = sub.add_parser("demo", help="the main job on a registry model (what `make demo [MODEL=...]` runs)")
     dm.add_argument("--model", default=models.DEFAULT_MODEL, choices=sorted(models.REGISTRY))
     dm.add_argument("--threads", type=int, default=None)
+    add_gpu_layers(dm)
     dm.set_defaults(func=_cmd_demo)
     return ap
 

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from .args import list_option
+from .args import add_gpu_layers, list_option
 from ..errors import RidgefillError
 from ..evals import profiles
 
@@ -68,7 +68,7 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", type=int, metavar="W", help="short-context window of the distant-token criterion")
     p.add_argument("--bootstrap", type=int, metavar="B", help="bootstrap replicates (default 10000)")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--gpu-layers", type=int, default=0, help="layers offloaded to a GPU build")
+    add_gpu_layers(p, "--gpu-layers")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -98,7 +98,7 @@ def cmd_eval(args) -> int:
     splice_cmd = args.eval_cmd == "splice"
     paths = args.model or default_models(args.threads)
     out = Path(args.out or f"ridgefill-eval-{plan.name}")
-    session = Session(paths, n_ctx=max(plan.lengths) + MAX_NEW, threads=args.threads, n_gpu_layers=args.gpu_layers)
+    session = Session(paths, n_ctx=max(plan.lengths) + MAX_NEW, threads=args.threads, n_gpu_layers=args.n_gpu_layers)
     variants = variants_named(args.modes or (splice_modes(session.base) if splice_cmd else ("exact", "identity", "ridge")))
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     res = runner.run(session, plan, out, variants, progress=not args.quiet, log=log, plots=not args.no_plots)

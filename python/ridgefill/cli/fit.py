@@ -5,13 +5,14 @@ from __future__ import annotations
 import sys
 
 from ..errors import InputError
-from .args import positive_float, share, shard
+from .args import add_gpu_layers, positive_float, share, shard
 
 def _capture_config(args):
     from ..fit.capture import CaptureConfig
 
     return CaptureConfig(split=args.split, tokens=args.tokens, heldout_frac=args.heldout_frac,
-                         window=args.window, sinks=args.sinks, threads=args.threads, shard=args.shard, rpc=args.rpc)
+                         window=args.window, sinks=args.sinks, threads=args.threads, shard=args.shard, rpc=args.rpc,
+                         n_gpu_layers=args.n_gpu_layers)
 
 
 def _cmd_calibrate(args) -> int:
@@ -83,6 +84,7 @@ def _add_capture_args(p, split_required: bool):
     p.add_argument("--backend", choices=("llama", "hf"), default="llama", help="capture through llama.cpp or transformers")
     p.add_argument("--hf", help="HF checkpoint for --backend hf (default: transformers loads the GGUF itself)")
     p.add_argument("--rpc", metavar="HOST:PORT,...", help="capture with the model's layers on these ggml-rpc-servers")
+    add_gpu_layers(p)
     p.add_argument("--shard", type=shard, default=(0, 1), metavar="I/N",
                    help="process windows I, I+N, ... of the corpus (0 <= I < N): the N shards' statistics, merged "
                         "with `fit --stats`, are the single run's")

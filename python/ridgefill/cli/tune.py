@@ -8,7 +8,7 @@ from pathlib import Path
 from ..evals import profiles
 from ..tune import frontier
 from ..tune.operating_point import NoOperatingPoint, check_measured_maps, fit_config, run
-from .args import list_option
+from .args import add_gpu_layers, list_option
 
 
 def add_parser(sub) -> None:
@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
     p.add_argument("--measure", action="store_true", help="also time each candidate with llama-bench")
     p.add_argument("--runs", type=int, default=3, help="llama-bench runs per mode and length with --measure")
     p.add_argument("--threads", type=int, default=None)
+    add_gpu_layers(p)
     p.add_argument("--work-dir", help="resumable work directory (default ridgefill-tune-<base name>)")
     p.add_argument("--title", help="report title")
     p.add_argument("--report-only", action="store_true",

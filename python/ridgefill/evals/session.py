@@ -86,7 +86,7 @@ def variants_named(names: Sequence[str]) -> tuple[Variant, ...]:
 
 class Session:
     def __init__(self, paths: Sequence[str | os.PathLike], n_ctx: int, threads: int | None = None,
-                 n_gpu_layers: int = 0, n_batch: int = 2048, n_ubatch: int = 512):
+                 n_gpu_layers: int = -1, n_batch: int = 2048, n_ubatch: int = 512):
         if not paths:
             raise InputError("an evaluation needs at least one model")
         self.models = [Model(p, n_gpu_layers=n_gpu_layers) for p in paths]

@@ -44,6 +44,7 @@ class CaptureConfig:
     threads: int | None = None
     shard: tuple[int, int] = (0, 1)  # (i, n): this run processes windows i, i+n, i+2n, ...
     rpc: str | None = None  # 'host:port,...': capture with the layers on ggml-rpc-servers
+    n_gpu_layers: int = -1  # layers on the GPU or RPC devices (-1: all, as llama.cpp's tools; 0: CPU only)
 
     def __post_init__(self):
         i, n = self.shard
@@ -142,7 +143,7 @@ def capture_llama(model_path, docs: list[Document], cfg: CaptureConfig, identity
     check_arch(identity)
     for s in splits:
         check_split(identity, s)
-    model = Model(model_path, n_gpu_layers=999 if cfg.rpc else 0, rpc=cfg.rpc)
+    model = Model(model_path, n_gpu_layers=cfg.n_gpu_layers, rpc=cfg.rpc)
     layers = list(range(splits[0], identity.n_layer))
     ctx = model.context(n_ctx=cfg.window, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch, threads=cfg.threads, capture=layers)
 

@@ -22,7 +22,7 @@ RECIPE = 3  # bump when a fit computes something else from the same corpus and s
 def recipe_key(cfg: CaptureConfig) -> str:
     """A short hash of what a default-corpus fit depends on besides the base: the corpus, the
     capture settings and RECIPE (cached fits are keyed by it: demo, tune)."""
-    settings = {k: v for k, v in asdict(cfg).items() if k not in ("threads", "rpc")}
+    settings = {k: v for k, v in asdict(cfg).items() if k not in ("threads", "rpc", "n_gpu_layers")}
     blob = json.dumps([RECIPE, corpus.corpus_hash(corpus.default_calibration()), settings], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
@@ -62,7 +62,7 @@ def _capture_hf(base, hf_path, docs, cfg, identity, progress):
     from .capture_hf import capture_hf, load_hf
     from ..runtime import Model
 
-    tok_model = Model(base)  # the GGUF's tokenizer, so both backends see the same rows
+    tok_model = Model(base, n_gpu_layers=0)  # the GGUF's tokenizer, so both backends see the same rows
     if hf_path is None:  # transformers dequantizes the GGUF itself
         model = load_hf(str(Path(base).parent), gguf_file=Path(base).name)
     else:

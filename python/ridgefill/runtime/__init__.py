@@ -6,8 +6,8 @@ hook, tail) and the scoring on top of it (`split_prefill`, whose functions take 
 """
 
 from .context import Context, supported_archs
-from .model import Model, add_rpc_servers, version
+from .model import ALL_LAYERS, Model, add_rpc_servers, version
 from .split_prefill import PrefillResult, fill_range, head_stop, nothing_filled
 
-__all__ = ["Context", "Model", "PrefillResult", "add_rpc_servers", "fill_range", "head_stop", "nothing_filled",
+__all__ = ["ALL_LAYERS", "Context", "Model", "PrefillResult", "add_rpc_servers", "fill_range", "head_stop", "nothing_filled",
            "supported_archs", "version"]

@@ -14,6 +14,7 @@ from ..errors import InputError, LoadError, MissingFile
 from .context import Context
 
 GGUF_MAGIC = b"GGUF"
+ALL_LAYERS = -1  # n_gpu_layers as llama.cpp's tools default it: every layer on the devices there are
 
 
 
@@ -55,8 +56,11 @@ def _check_gguf_file(path: Path) -> None:
 class Model:
     """A loaded GGUF model. Cheap to share between contexts."""
 
-    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, use_mmap: bool = True, rpc: str | None = None):
-        """rpc: 'host:port,...' of ggml-rpc-servers; with n_gpu_layers > 0 the layers (and their maps) go there."""
+    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = ALL_LAYERS, use_mmap: bool = True,
+                 rpc: str | None = None):
+        """n_gpu_layers: layers (and their maps) on the GPU or RPC devices, -1 (llama.cpp's default) every one of
+        them, 0 none; on a CPU-only build there are no devices and every layer stays on the CPU.
+        rpc: 'host:port,...' of ggml-rpc-servers, registered as devices first."""
         self.path = Path(path)
         _check_gguf_file(self.path)
         if rpc:

@@ -38,13 +38,15 @@ class FitConfig:
     window: int = 2048
     seed: int = 0
     threads: int | None = None
+    n_gpu_layers: int = -1
 
     def capture(self, split: int) -> CaptureConfig:
-        return CaptureConfig(split=split, tokens=self.tokens, window=self.window, seed=self.seed, threads=self.threads)
+        return CaptureConfig(split=split, tokens=self.tokens, window=self.window, seed=self.seed, threads=self.threads,
+                             n_gpu_layers=self.n_gpu_layers)
 
     def manifest(self, base: Path) -> dict:
         return {"base_sha256": sha256_file(base), "recipe": pipeline.recipe_key(self.capture(0)),
-                **{k: v for k, v in asdict(self).items() if k != "threads"}}
+                **{k: v for k, v in asdict(self).items() if k not in ("threads", "n_gpu_layers")}}
 
 
 def fit_candidates(base: Path, splits: Sequence[int], cfg: FitConfig, work: Path, log: Log) -> dict[int, Path]:

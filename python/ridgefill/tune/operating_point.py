@@ -47,7 +47,7 @@ def plan_from_args(args) -> profiles.Plan:
 
 
 def measure_ttft(gguf: Path, split: int, sinks: int, tail: int, lengths: Sequence[int], modes, runs: int,
-                 threads: int, work: Path, log) -> dict:
+                 threads: int, work: Path, log, ngl: int = -1) -> dict:
     from ..bench import ttft as bench
 
     path = work / "ttft" / f"s{split}-t{tail}.json"
@@ -57,21 +57,22 @@ def measure_ttft(gguf: Path, split: int, sinks: int, tail: int, lengths: Sequenc
             return have
     log(f"llama-bench: split {split}, tail {tail}, {list(lengths)} tokens, {runs} runs of {', '.join(modes)}")
     out = bench.ttft(str(gguf), list(lengths), runs=runs, modes=modes, threads=threads, sinks=sinks, tail=tail,
-                     split=split, progress=lambda m: None)
+                     split=split, progress=lambda m: None, ngl=ngl)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))
     return out
 
 
 def fit_config(args) -> frontier.FitConfig:
-    return frontier.FitConfig(tokens=args.tokens, threads=args.threads)
+    return frontier.FitConfig(tokens=args.tokens, threads=args.threads, n_gpu_layers=args.n_gpu_layers)
 
 
 def measured_summary(args, base: Path, splits, plan, variants, work: Path, log) -> tuple[list[dict], dict]:
     """Fit what is missing, measure what is missing; the eval summary rows and the plan run."""
     cands = frontier.fit_candidates(base, splits, fit_config(args), work, log)
     report_commands(args, base, work)  # now, not at the end: a run stopped part-way has measured something
-    session = Session([base] + [cands[s] for s in splits], n_ctx=max(plan.lengths) + MAX_NEW, threads=args.threads)
+    session = Session([base] + [cands[s] for s in splits], n_ctx=max(plan.lengths) + MAX_NEW, threads=args.threads,
+                      n_gpu_layers=args.n_gpu_layers)
     res = runner.run(session, plan, work / "eval", variants, progress=not args.quiet, log=log, plots=False)
     log(f"eval: {res.n_run} measured, {res.n_resumed} resumed")
     return res.document["summary"], res.document["run"]["plan"]
@@ -120,7 +121,7 @@ def run(args, log) -> tuple[list[dict], Path]:
     for s in splits:
         for tail in plan.tails:
             ttft = (measure_ttft(work / "fit" / f"s{s}.gguf", s, plan.sinks, tail, plan.lengths, modes, args.runs,
-                                 args.threads or 2, work, log) if args.measure else
+                                 args.threads or 2, work, log, args.n_gpu_layers) if args.measure else
                     stored_ttft(work, s, tail))
             lagged = lagged_of(work / "fit" / f"s{s}.gguf", ttft)
             for route in routes:
