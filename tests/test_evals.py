@@ -399,7 +399,7 @@ def test_exact_finds_needles_on_short_prompts(session, tmp_path):
 
 @pytest.mark.slow
 def test_cli_eval_needle_json(mapped, tmp_path):
-    cmd = [sys.executable, "-m", "ridgefill.cli.eval", "eval", "needle", "--model", str(mapped), "--lengths", "256",
+    cmd = [sys.executable, "-m", "ridgefill", "eval", "needle", "--model", str(mapped), "--lengths", "256",
            "--tail", "64", "--items", "1", "--needle-tasks", "single/noise/number", "--modes", "exact,ridge",
            "--out", str(tmp_path), "--json", "--quiet", "--no-plots", "--threads", "1", "--bootstrap", "200"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -413,7 +413,7 @@ def test_cli_eval_needle_json(mapped, tmp_path):
 @pytest.mark.slow
 def test_cli_eval_splice_json(mapped, tmp_path):
     """`eval splice`: gap shares per component; exact K+V spliced into the filled rows is exact-cut, bit for bit."""
-    cmd = [sys.executable, "-m", "ridgefill.cli.eval", "eval", "splice", "--model", str(mapped), "--lengths", "256",
+    cmd = [sys.executable, "-m", "ridgefill", "eval", "splice", "--model", str(mapped), "--lengths", "256",
            "--tail", "64", "--items", "1", "--needle-tasks", "single/noise/number", "--docs", "1", "--window", "64",
            "--out", str(tmp_path), "--json", "--quiet", "--no-plots", "--threads", "1", "--bootstrap", "200"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -433,10 +433,10 @@ def test_quick_profile_end_to_end(mapped, tmp_path):
     """`eval sweep --profile quick`: the CI run of the suite (about 2.5 minutes on 2 quiet cores)."""
     import time
 
-    from ridgefill.cli import eval as cli_eval
+    from ridgefill.cli import commands as cli
 
     t0 = time.monotonic()
-    assert cli_eval.main(["eval", "sweep", "--profile", "quick", "--model", str(mapped), "--out", str(tmp_path),
+    assert cli.main(["eval", "sweep", "--profile", "quick", "--model", str(mapped), "--out", str(tmp_path),
                           "--quiet"]) == 0
     print(f"quick profile: {time.monotonic() - t0:.0f} s")
     doc = json.loads((tmp_path / "results.json").read_text())

@@ -22,15 +22,13 @@ def _cmd_demo(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ridgefill", description="Split prefill for llama.cpp with closed-form ridge maps.")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    model_commands.add_commands(sub)
-    fit.add_commands(sub)
-    bench.add_commands(sub)
-
+    for group in (model_commands, fit, bench):
+        group.add_commands(sub)
     up = sub.add_parser("upstream", help="the upstream llama.cpp tree and the patch series (prepare, export, rebase, ...)")
     upstream_cli.add_commands(up.add_subparsers(dest="upstream_cmd", required=True))
     up.set_defaults(func=upstream_cli.run)
-    eval.add_eval_parser(sub)
-    tune.add_parser(sub)
+    for group in (eval, tune):
+        group.add_commands(sub)
 
     dm = sub.add_parser("demo", help="the main job on a registry model (what `make demo [MODEL=...]` runs)")
     dm.add_argument("--model", default=models.DEFAULT_MODEL, choices=sorted(models.REGISTRY))

@@ -1,8 +1,4 @@
-"""`ridgefill eval needle|loss|sweep`: argument parsing and output; the work is in ridgefill.evals.
-
-Wire into the main parser with `add_eval_parser(sub)`; `python -m ridgefill.cli_eval eval ...`
-runs it standalone.
-"""
+"""`ridgefill eval needle|loss|sweep|splice`: argument parsing and output; the work is in ridgefill.evals."""
 
 from __future__ import annotations
 
@@ -12,7 +8,6 @@ import sys
 from pathlib import Path
 
 from .args import add_gpu_layers, list_option
-from ..errors import RidgefillError
 from ..evals import profiles
 
 COMMANDS = {
@@ -33,7 +28,7 @@ def splice_modes(model) -> tuple[str, ...]:
     return SPLICE_MODES + (HYBRID_SPLICE_MODES if Shape.from_model(model).attn_interval else ())
 
 
-def add_eval_parser(sub) -> argparse.ArgumentParser:
+def add_commands(sub) -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="quality of split prefill: needles, distant-token loss, bootstrap intervals")
     es = ev.add_subparsers(dest="eval_cmd", required=True)
     for name, (tasks, help_text) in COMMANDS.items():
@@ -117,19 +112,3 @@ def cmd_eval(args) -> int:
             print(Path(out / "splices.md").read_text())
         log(f"{res.n_run} measured, {res.n_resumed} resumed, {res.seconds:.0f} s; results in {out}/")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="ridgefill")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    add_eval_parser(sub)
-    args = ap.parse_args(argv)
-    try:
-        return args.func(args)
-    except RidgefillError as err:
-        print(f"ridgefill: error: {err}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

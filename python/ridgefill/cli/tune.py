@@ -11,7 +11,7 @@ from ..tune.operating_point import NoOperatingPoint, check_measured_maps, fit_co
 from .args import add_gpu_layers, list_option
 
 
-def add_parser(sub) -> None:
+def add_commands(sub) -> None:
     p = sub.add_parser("tune", help="fit candidate splits from one capture, measure quality and speed, and write the "
                                     "fastest configuration within a quality budget")
     p.add_argument("base", help="base GGUF")

@@ -19,7 +19,7 @@ from ..evals import profiles, runner
 from ..evals.session import Session, variants_named
 from ..fit.route import mode_name
 
-MAX_NEW = 256  # room after the prompt for generated answers (as cli_eval)
+MAX_NEW = 256  # room after the prompt for generated answers (as `ridgefill eval`)
 
 
 class NoOperatingPoint(RidgefillError):
