@@ -128,3 +128,17 @@ def test_nothing_imports_an_experiment():
     offenders = [str(p.relative_to(ROOT)) for p in [*PKG.rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
                  if p != Path(__file__) and "sys.path" in p.read_text()]
     assert offenders == []
+
+
+@pytest.mark.slow  # a child process
+def test_the_gpu_entry_needs_no_compiled_bindings():
+    """bench/gpu.sh runs `python -m ridgefill.cli.gpu gen|run` where ridgefill._core was never built."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['ridgefill._core'] = None; import runpy; sys.argv = ['gpu', '--help']\n"
+            "try:\n    runpy.run_module('ridgefill.cli.gpu', run_name='__main__')\nexcept SystemExit as e:\n"
+            "    sys.exit(e.code)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "pack" in run.stdout and "gen" in run.stdout

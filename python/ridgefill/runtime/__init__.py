@@ -3,11 +3,21 @@
 `Model` loads a (possibly augmented) GGUF; `Context` decodes, sets the fill mode, split, range
 and routing, reads and overwrites cached rows, and runs a whole prompt's split prefill (head,
 hook, tail) and the scoring on top of it (`split_prefill`, whose functions take a Context).
+
+The names load on first use: `split_prefill`'s row arithmetic needs no compiled extension, so
+bench/gpu.sh's generator runs where `ridgefill._core` was never built.
 """
 
-from .context import Context, supported_archs
-from .model import ALL_LAYERS, Model, add_rpc_servers, version
-from .split_prefill import PrefillResult, fill_range, head_stop, nothing_filled
+from importlib import import_module
 
-__all__ = ["ALL_LAYERS", "Context", "Model", "PrefillResult", "add_rpc_servers", "fill_range", "head_stop", "nothing_filled",
-           "supported_archs", "version"]
+_WHERE = {"Context": "context", "supported_archs": "context", "ALL_LAYERS": "model", "Model": "model",
+          "add_rpc_servers": "model", "version": "model", "PrefillResult": "split_prefill",
+          "fill_range": "split_prefill", "head_stop": "split_prefill", "nothing_filled": "split_prefill"}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f".{_WHERE[name]}", __name__), name)
