@@ -68,35 +68,27 @@ def shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def share(text: str) -> float:
+def _checked(text: str, parse: Callable, ok: Callable, need: str, what: str = "a number"):
     try:
-        value = float(text)
+        value = parse(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
-    if not (math.isfinite(value) and 0 <= value < 1):
-        raise argparse.ArgumentTypeError(f"{text}: need a share in [0, 1)")
+        raise argparse.ArgumentTypeError(f"expected {what}, not {text!r}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{text}: need {need}")
     return value
+
+
+def share(text: str) -> float:
+    return _checked(text, float, lambda v: math.isfinite(v) and 0 <= v < 1, "a share in [0, 1)")
 
 
 def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text}: need a finite number > 0")
-    return value
+    return _checked(text, float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
 
 
 def gpu_layers(text: str) -> int:
     """-ngl N: a layer count >= 0, or -1 (llama.cpp's default: every layer on the devices there are)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a layer count or -1, not {text!r}") from None
-    if value < -1:
-        raise argparse.ArgumentTypeError(f"{text}: need N >= 0, or -1 for every layer")
-    return value
+    return _checked(text, int, lambda v: v >= -1, "N >= 0, or -1 for every layer", "a layer count or -1")
 
 
 def add_gpu_layers(p: argparse.ArgumentParser, *aliases: str) -> argparse.Action:
