@@ -59,6 +59,13 @@ def fitted_model(base: Path, split: int, tokens: int, threads: int | None, ngl: 
     return out
 
 
+def demo_fit(base: Path, threads: int | None, ngl: int = -1) -> tuple[Path, int, int]:
+    """(augmented GGUF, split, calibration tokens) of the demo's fit of `base`, fitted if not cached."""
+    ident = identity_of(base)
+    split, tokens = demo_split(ident.n_layer), calib_tokens(ident.n_embd)
+    return fitted_model(base, split, tokens, threads, ngl), split, tokens
+
+
 def answer(srv: LlamaServer, tokens, mode: str) -> str:
     """The greedy answer after the prompt (untimed; the slot's KV from the last timed run may be reused)."""
     return srv.post("/completion", {"prompt": [int(t) for t in tokens], "n_predict": 12, "cache_prompt": True,
@@ -70,10 +77,9 @@ def main(model_name: str = models.DEFAULT_MODEL, threads: int | None = None, ngl
     print(f"[1/4] fetching {model_name} (verified by sha256)", flush=True)
     base = models.fetch_model(model_name)
     ident = identity_of(base)
-    split, tokens = demo_split(ident.n_layer), calib_tokens(ident.n_embd)
-    print(f"[2/4] ridge maps at split {split} of {ident.n_layer} from {tokens} calibration tokens "
-          "(cached after the first run)", flush=True)
-    gguf = fitted_model(base, split, tokens, threads, ngl)
+    print(f"[2/4] ridge maps at split {demo_split(ident.n_layer)} of {ident.n_layer} from "
+          f"{calib_tokens(ident.n_embd)} calibration tokens (cached after the first run)", flush=True)
+    gguf, split, _ = demo_fit(base, threads, ngl)
     model = Model(gguf, n_gpu_layers=0)  # its tokenizer and shape; the server measures
     item = single_needle(model, PROMPT_TOKENS, depth=0.5, seed=7)
     lo, hi = SINKS, item.n_tokens - TAIL

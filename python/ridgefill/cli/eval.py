@@ -75,14 +75,14 @@ def plan_from_args(args) -> profiles.Plan:
         n_boot=args.bootstrap, tasks=args.eval_tasks)
 
 
-def default_models(threads: int | None) -> list[Path]:
+def default_models(threads: int | None, ngl: int = -1) -> list[Path]:
     from .. import demo
     from ..sources import models
 
     base = models.fetch_model(models.DEFAULT_MODEL)
-    print(f"model: {models.DEFAULT_MODEL} with maps at split {demo.SPLIT} (fitted and cached on first use)",
-          file=sys.stderr, flush=True)
-    return [demo.fitted_model(base, demo.SPLIT, threads)]
+    gguf, split, _ = demo.demo_fit(base, threads, ngl)
+    print(f"model: {models.DEFAULT_MODEL} with the demo's maps at split {split}", file=sys.stderr, flush=True)
+    return [gguf]
 
 
 def cmd_eval(args) -> int:
@@ -91,7 +91,7 @@ def cmd_eval(args) -> int:
 
     plan = plan_from_args(args)
     splice_cmd = args.eval_cmd == "splice"
-    paths = args.model or default_models(args.threads)
+    paths = args.model or default_models(args.threads, args.n_gpu_layers)
     out = Path(args.out or f"ridgefill-eval-{plan.name}")
     session = Session(paths, n_ctx=max(plan.lengths) + MAX_NEW, threads=args.threads, n_gpu_layers=args.n_gpu_layers)
     variants = variants_named(args.modes or (splice_modes(session.base) if splice_cmd else ("exact", "identity", "ridge")))
