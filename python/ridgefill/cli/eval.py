@@ -13,6 +13,8 @@ from ..evals import profiles
 COMMANDS = {
     "needle": (("needle",), "needle retrieval with every needle inside the filled region [k, N-T)"),
     "loss": (("loss",), "loss on distant-dependent tail tokens (LongPPL-style) and on all tail tokens"),
+    "ruler": (("ruler",), "RULER's task family (niah, variable tracking, common and frequent words) scored as RULER "
+                          "scores it, per task and averaged, with the filled-region subset"),
     "sweep": (("needle", "loss"), "both measurements, on the same sweep"),
     "splice": (("needle", "loss"), "splice attribution: the share of the ridge-vs-exact gap closed by exact K, V, "
                                    "K norms, K+V in the filled rows (hybrids: recurrent state, all)"),
@@ -58,7 +60,12 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                         "ubatch routed through the full late layers)")
     list_option(p, "--needle-tasks", metavar="TASK",
                    help="needle tasks as task/haystack/value, e.g. single/noise/uuid,multikey/prose/number")
-    p.add_argument("--items", type=int, metavar="N", help="needle items per task and length")
+    list_option(p, "--tasks", metavar="TASK", help="measurements to run instead of the command's: needle, loss, "
+                                                   "ruler (e.g. `eval splice --tasks ruler` diagnoses RULER's tasks)")
+    list_option(p, "--ruler-tasks", metavar="TASK", help="RULER tasks by RULER's names (default: all 11 that run "
+                                                         "offline: niah_single_1..3, niah_multikey_1..3, "
+                                                         "niah_multivalue, niah_multiquery, vt, cwe, fwe)")
+    p.add_argument("--items", type=int, metavar="N", help="needle (and RULER) items per task and length")
     p.add_argument("--docs", type=int, metavar="N", help="documents per length for the loss")
     p.add_argument("--window", type=int, metavar="W", help="short-context window of the distant-token criterion")
     p.add_argument("--bootstrap", type=int, metavar="B", help="bootstrap replicates (default 10000)")
@@ -72,7 +79,8 @@ def plan_from_args(args) -> profiles.Plan:
     return profiles.get(args.profile).with_(
         lengths=args.lengths, tails=args.tail, splits=args.split, sinks=args.sinks, seed=args.seed,
         needle_tasks=args.needle_tasks, needle_items=args.items, loss_items=args.docs, window=args.window,
-        n_boot=args.bootstrap, tasks=args.eval_tasks)
+        ruler_tasks=args.ruler_tasks, ruler_items=args.items,
+        n_boot=args.bootstrap, tasks=args.tasks or args.eval_tasks)
 
 
 def default_models(threads: int | None, ngl: int = -1) -> list[Path]:

@@ -37,30 +37,44 @@ def shares(records: list[dict], fill: str = "ridge", ref: str = "exact-cut", n_b
            seed: int = 0) -> list[dict]:
     rows = []
     for task, metrics in report.METRICS.items():
-        recs = [r for r in records if r["task"] == task]
-        for metric in metrics:
-            for pt in report.points(recs):
-                vals = report.by_variant(report.at_point(recs, pt), metric)
-                if fill not in vals or ref not in vals:
-                    continue
-                row = {"task": task, "metric": metric, **dict(zip(("split", "sinks", "tail", "n_tokens"), pt)),
-                       "fill": fill, "ref": ref}
-                common = set(vals[fill]) & set(vals[ref])
-                gap = stats.paired_bootstrap([vals[fill][i][0] for i in sorted(common)],
-                                             [vals[ref][i][0] for i in sorted(common)],
-                                             [vals[fill][i][1] for i in sorted(common)], n_boot=n_boot, seed=seed)
-                row["gap"] = gap.to_dict()
-                row["gap_resolved"] = not (gap.lo <= 0 <= gap.hi)
-                for part in SPLICES:
-                    name = f"{fill}-{part}"
-                    if name not in vals:
-                        continue
-                    items = sorted(common & set(vals[name]))
-                    if items:
-                        row[part] = share_interval([vals[fill][i][0] for i in items], [vals[name][i][0] for i in items],
-                                                   [vals[ref][i][0] for i in items], [vals[fill][i][1] for i in items],
-                                                   n_boot, seed)
-                rows.append(row)
+        for group, recs in _groups(task, [r for r in records if r["task"] == task]):
+            for metric in metrics:
+                rows += _point_rows(task, group, metric, recs, fill, ref, n_boot, seed)
+    return rows
+
+
+def _groups(task: str, recs: list[dict]) -> list[tuple[str, list[dict]]]:
+    """RULER's tasks one by one (a loss is diagnosed where it is); needles and loss pooled."""
+    if task != "ruler":
+        return [(task, recs)]
+    return [(g, [r for r in recs if r["group"] == g]) for g in sorted({r["group"] for r in recs})]
+
+
+def _point_rows(task: str, group: str, metric: str, recs: list[dict], fill: str, ref: str, n_boot: int,
+                seed: int) -> list[dict]:
+    rows = []
+    for pt in report.points(recs):
+        vals = report.by_variant(report.at_point(recs, pt), metric)
+        if fill not in vals or ref not in vals:
+            continue
+        row = {"task": task, "group": group, "metric": metric,
+               **dict(zip(("split", "sinks", "tail", "n_tokens"), pt)), "fill": fill, "ref": ref}
+        common = set(vals[fill]) & set(vals[ref])
+        gap = stats.paired_bootstrap([vals[fill][i][0] for i in sorted(common)],
+                                     [vals[ref][i][0] for i in sorted(common)],
+                                     [vals[fill][i][1] for i in sorted(common)], n_boot=n_boot, seed=seed)
+        row["gap"] = gap.to_dict()
+        row["gap_resolved"] = not (gap.lo <= 0 <= gap.hi)
+        for part in SPLICES:
+            name = f"{fill}-{part}"
+            if name not in vals:
+                continue
+            items = sorted(common & set(vals[name]))
+            if items:
+                row[part] = share_interval([vals[fill][i][0] for i in items], [vals[name][i][0] for i in items],
+                                           [vals[ref][i][0] for i in items], [vals[fill][i][1] for i in items],
+                                           n_boot, seed)
+        rows.append(row)
     return rows
 
 
@@ -70,7 +84,7 @@ def markdown(rows: list[dict]) -> str:
            "|" + " --- |" * (6 + len(parts))]
     for r in rows:
         g = r["gap"]
-        cells = [r["task"], r["metric"], str(r["split"]), str(r["tail"]), str(r["n_tokens"]),
+        cells = [r.get("group", r["task"]), r["metric"], str(r["split"]), str(r["tail"]), str(r["n_tokens"]),
                  f"{g['mean']:.3g} [{g['lo']:.3g}, {g['hi']:.3g}]" + ("" if r["gap_resolved"] else " (not resolved)")]
         for p in parts:
             s = r.get(p)

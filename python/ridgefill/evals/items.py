@@ -11,10 +11,11 @@ from pathlib import Path
 
 from .loss import LossItem
 from .needle import NeedleItem
+from .ruler import RulerItem
 from ..errors import InputError, RidgefillError
 
 FORMAT = 1
-KINDS = {"needle": NeedleItem, "loss": LossItem}
+KINDS = {"needle": NeedleItem, "loss": LossItem, "ruler": RulerItem}
 
 
 class ItemsMismatch(RidgefillError, ValueError):

@@ -13,6 +13,7 @@ import numpy as np
 from . import loss, prefill
 from .loss import LossItem
 from .needle import NeedleItem, string_match_all
+from .ruler import RulerItem, tasks as ruler_tasks
 from .prefill import Hook
 
 
@@ -25,6 +26,25 @@ def needle_record(ctx, item: NeedleItem, sinks: int, tail: int, hook: Hook | Non
         "score": string_match_all(output, item.answers),
         "output": output,
         "answers": item.answers,
+        "n_filled": head.n_filled,
+        "fill_range": list(head.fill_range),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def ruler_record(ctx, item: RulerItem, sinks: int, tail: int, hook: Hook | None = None) -> dict:
+    """Greedy answer (RULER's generation budget) after a split prefill, scored with the task's RULER
+    metric (0..100); `evidence_filled` is the share of the answers' rows in [sinks, N - tail), the
+    rows a fill mode predicts (the same for every mode, so subsets pair)."""
+    t0 = time.perf_counter()
+    head = prefill.run_head(ctx, item.tokens, sinks, tail, hook=hook)
+    output = ctx.model.detokenize(prefill.greedy(head, item.n_new))
+    return {
+        "score": ruler_tasks.score(item, output),
+        "output": output,
+        "answers": item.answers,
+        "evidence_filled": round(item.evidence_in(sinks, item.prompt_tokens - tail), 4),
+        "prompt_tokens": item.prompt_tokens,
         "n_filled": head.n_filled,
         "fill_range": list(head.fill_range),
         "seconds": round(time.perf_counter() - t0, 3),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .needle import TASKS
+from .ruler import TASKS as RULER_TASKS
 from ..errors import InputError
 
 ALL_NEEDLES = tuple(f"{t}/{h}/number" for t in TASKS for h in ("noise", "prose")) + (
@@ -22,7 +23,9 @@ class Plan:
     needle_items: int  # per task and length; depths spread evenly
     loss_items: int  # documents per length
     window: int  # short-context window of the distant-token criterion
-    tasks: tuple[str, ...] = ("needle", "loss")
+    tasks: tuple[str, ...] = ("needle", "loss")  # and "ruler": RULER's task family (evals.ruler)
+    ruler_tasks: tuple[str, ...] = RULER_TASKS
+    ruler_items: int = 1  # per RULER task and length
     seed: int = 0
     n_boot: int = 10_000
 
@@ -55,6 +58,8 @@ FULL = Plan(
     needle_items=4,
     loss_items=6,
     window=512,
+    # about 10-12 items a task put the RULER average's interval near +-5 points at split 16 (issue 40)
+    ruler_items=12,
 )
 
 PROFILES = {p.name: p for p in (QUICK, FULL)}

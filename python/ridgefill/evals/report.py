@@ -16,7 +16,7 @@ import numpy as np
 
 from . import stats
 
-METRICS = {"needle": ("score",), "loss": ("loss_all", "loss_distant")}
+METRICS = {"needle": ("score",), "loss": ("loss_all", "loss_distant"), "ruler": ("score",)}
 AXES = ("split", "tail", "n_tokens")
 COUNTS = {"loss_all": "n_scored", "loss_distant": "n_distant"}  # tokens behind each document's value
 ORDER = ("exact", "exact-cut", "identity", "ridge")
@@ -69,9 +69,48 @@ def row(recs: list[dict], metric: str, n_boot: int, seed: int) -> dict:
     return {"means": means, "diffs": diffs}
 
 
-def summarize(records: list[dict], n_boot: int = stats.N_BOOT, seed: int = 0) -> list[dict]:
+def average_row(per_task: dict[str, list[dict]], n_boot: int, seed: int) -> dict | None:
+    """RULER's average: the mean over tasks of each task's mean score, over the tasks every variant
+    measured; differences resample items within each task (stats.stratified_paired_bootstrap)."""
+    vals = {t: by_variant(g, "score") for t, g in per_task.items()}
+    variants = variant_order({v for x in vals.values() for v in x})
+    tasks = [t for t in vals if all(v in vals[t] for v in variants)]
+    if not tasks:
+        return None
+    means = {v: {"mean": float(np.mean([np.mean([x for x, _ in vals[t][v].values()]) for t in tasks])),
+                 "n": sum(len(vals[t][v]) for t in tasks)} for v in variants}
+    diffs = {}
+    for a, b in stats.pairs(variants):
+        common = {t: sorted(set(vals[t][a]) & set(vals[t][b])) for t in tasks}
+        if all(common.values()):
+            strata = [[vals[t][a][i][0] - vals[t][b][i][0] for i in common[t]] for t in tasks]
+            diffs[f"{a}-{b}"] = stats.stratified_paired_bootstrap(strata, n_boot=n_boot, seed=seed).to_dict()
+    return {"means": means, "diffs": diffs, "tasks": tasks}
+
+
+def ruler_rows(recs: list[dict], n_boot: int, seed: int) -> list[dict]:
+    """Per task and RULER's average, over every item and over the filled-region subset (`filled/`:
+    items whose answers all lie in the rows a fill mode predicts)."""
+    from .ruler import TASKS
+
     rows = []
-    for task in METRICS:
+    for prefix, sub in (("", recs), ("filled/", [r for r in recs if r.get("evidence_filled") == 1.0])):
+        for pt in points(sub):
+            at = at_point(sub, pt)
+            per_task = {t: g for t in TASKS if (g := [r for r in at if r["group"] == t])}
+            place = dict(zip(("split", "sinks", "tail", "n_tokens"), pt))
+            for t, g in per_task.items():
+                rows.append({"task": "ruler", "group": prefix + t, "metric": "score", **place,
+                             **row(g, "score", n_boot, seed)})
+            avg = average_row(per_task, n_boot, seed)
+            if avg:
+                rows.append({"task": "ruler", "group": prefix + "average", "metric": "score", **place, **avg})
+    return rows
+
+
+def summarize(records: list[dict], n_boot: int = stats.N_BOOT, seed: int = 0) -> list[dict]:
+    rows = ruler_rows([r for r in records if r["task"] == "ruler"], n_boot, seed)
+    for task in ("needle", "loss"):
         recs = [r for r in records if r["task"] == task]
         groups = sorted({r["group"] for r in recs})
         if task == "needle" and len(groups) > 1:
@@ -115,6 +154,12 @@ def markdown(rows: list[dict], plan=None) -> str:
                        f"such a token may depend on any row more than {plan.window} back, filled rows "
                        f"[sinks, N - tail) and sinks alike. Means weight documents alike; `tok` weights every "
                        f"scored token alike (intervals are per document).\n")
+        if "ruler" in plan.tasks:
+            out.append("RULER: each task scored with RULER's string-match metric (0-100); `average` is RULER's "
+                       "average over the tasks every variant measured (qa_1 and qa_2 are missing: their datasets "
+                       "do not install offline), its intervals resampling items within each task; `filled/` rows "
+                       "keep the items whose answers all lie in the filled rows [sinks, N - tail). N is the "
+                       "target length (prompt plus the task's generation budget).\n")
     key = lambda r: (r["task"], r["metric"])  # noqa: E731
     for (task, metric), grp in groupby(sorted(rows, key=key), key=key):
         grp = list(grp)
@@ -140,7 +185,7 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     made = []
-    main = [r for r in rows if r["group"] in ("all", "loss") or len({x["group"] for x in rows if x["task"] == r["task"]}) == 1]
+    main = [r for r in rows if r["group"] in ("all", "loss", "average") or len({x["group"] for x in rows if x["task"] == r["task"]}) == 1]
     key = lambda r: (r["task"], r["metric"])  # noqa: E731
     for (task, metric), grp in groupby(sorted(main, key=key), key=key):
         grp = list(grp)

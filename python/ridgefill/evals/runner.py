@@ -20,13 +20,13 @@ from typing import Callable, Iterator, Sequence
 
 from .. import runtime
 from . import items as items_io
-from . import loss, measure, needle, report
+from . import loss, measure, needle, report, ruler
 from .profiles import Plan
 from .session import DEFAULT_VARIANTS, Session, Variant
 from .store import ResultStore
 from ..errors import InputError
 
-TASKS = ("needle", "loss")
+TASKS = ("needle", "loss", "ruler")
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Job:
         return (self.task, self.item.id, self.variant.name, self.split, self.sinks, self.tail)
 
     def fields(self) -> dict:
-        group = self.item.task if self.task == "needle" else "loss"
+        group = "loss" if self.task == "loss" else self.item.task
         return {"task": self.task, "group": group, "item": self.item.id, "cluster": self.item.cluster,
                 "variant": self.variant.name, "mode": self.variant.mode, "split": self.split, "sinks": self.sinks,
                 "tail": self.tail, "n_tokens": self.item.n_tokens}
@@ -70,7 +70,7 @@ def tokenizer_id(model) -> str:
 
 def make_items(model, plan: Plan, item_dir: Path) -> dict[str, list]:
     """Items of every task and length, loaded from item_dir when saved with the same parameters."""
-    out: dict[str, list] = {"needle": [], "loss": []}
+    out: dict[str, list] = {"needle": [], "loss": [], "ruler": []}
     for n in plan.lengths:
         if "needle" in plan.tasks:
             for name in plan.needle_tasks:
@@ -81,6 +81,12 @@ def make_items(model, plan: Plan, item_dir: Path) -> dict[str, list]:
                 path = item_dir / f"needle-{spec.name.replace('/', '-')}-N{n}.json"
                 out["needle"] += items_io.load_or_make(path, "needle", params, lambda: needle.generate(
                     model, spec, n, plan.sinks, tail, plan.needle_items, plan.seed))
+        if "ruler" in plan.tasks:
+            for name in plan.ruler_tasks:
+                params = {"task": name, "n_tokens": n, "n_items": plan.ruler_items, "seed": plan.seed,
+                          "tokenizer": tokenizer_id(model)}
+                out["ruler"] += items_io.load_or_make(item_dir / f"ruler-{name}-N{n}.json", "ruler", params,
+                                                      lambda: ruler.generate(model, name, n, plan.ruler_items, plan.seed))
         if "loss" in plan.tasks:
             params = {"n_tokens": n, "n_items": plan.loss_items, "seed": plan.seed, "tokenizer": tokenizer_id(model)}
             out["loss"] += items_io.load_or_make(item_dir / f"loss-N{n}.json", "loss", params,
@@ -164,6 +170,8 @@ def execute(session: Session, job: Job, plan: Plan, store: ResultStore) -> dict 
     hook = job.variant.hook
     if job.task == "needle":
         rec = measure.needle_record(ctx, job.item, job.sinks, job.tail, hook)
+    elif job.task == "ruler":
+        rec = measure.ruler_record(ctx, job.item, job.sinks, job.tail, hook)
     else:
         ref = store.get(("loss", job.item.id, "exact", None, job.sinks, job.tail))
         distant = None if job.variant.name == "exact" else ref["distant"]
@@ -178,6 +186,9 @@ def check_plan(plan: Plan, variants: Sequence[Variant]) -> None:
         raise InputError(f"unknown task(s) {sorted(unknown)} (one of {', '.join(TASKS)})")
     if "loss" in plan.tasks and "exact" not in [v.name for v in variants]:
         raise InputError("the loss task needs the exact variant: it defines the distant-dependent tokens")
+    if "ruler" in plan.tasks:
+        for name in plan.ruler_tasks:
+            ruler.tasks.get(name)  # an unknown or missing task fails before anything is measured
     if not plan.lengths or not plan.tails:
         raise InputError("a plan needs at least one length and one tail")
 

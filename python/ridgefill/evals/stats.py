@@ -54,6 +54,26 @@ def paired_bootstrap(a, b, clusters: Sequence | None = None, n_boot: int = N_BOO
     return Interval(float((a - b).mean()), float(lo), float(hi), len(a), len(sums), level, n_boot)
 
 
+def stratified_paired_bootstrap(strata: Sequence, n_boot: int = N_BOOT, seed: int = 0,
+                                level: float = LEVEL) -> Interval:
+    """Percentile interval of the mean over strata of each stratum's mean(a - b): a task-averaged
+    score (RULER's average) whose items are resampled within their own task. `strata` holds one
+    1-D array of paired differences a - b per stratum."""
+    strata = [np.asarray(s, dtype=np.float64) for s in strata]
+    if not strata or any(s.ndim != 1 or len(s) == 0 for s in strata):
+        raise InputError("need at least one stratum, each a non-empty 1-D sample of differences")
+    rng = np.random.default_rng(seed)
+    reps = np.zeros(n_boot)
+    for s in strata:
+        for start in range(0, n_boot, 1000):
+            n = min(1000, n_boot - start)
+            reps[start : start + n] += s[rng.integers(0, len(s), size=(n, len(s)))].mean(axis=1) / len(strata)
+    tail = 100 * (1 - level) / 2
+    lo, hi = np.percentile(reps, [tail, 100 - tail])
+    n_items = sum(len(s) for s in strata)
+    return Interval(float(np.mean([s.mean() for s in strata])), float(lo), float(hi), n_items, n_items, level, n_boot)
+
+
 def replicates(sums: np.ndarray, counts: np.ndarray, n_boot: int, rng: np.random.Generator,
                block: int = 1000) -> np.ndarray:
     """Mean difference of each replicate, drawn in blocks to bound memory."""
