@@ -25,9 +25,14 @@ def add_commands(sub) -> None:
     p.add_argument("--budget-needles", type=float, default=5.0, help="needle points ridge may lose against exact")
     p.add_argument("--budget-loss", type=float, default=0.02, help="nats of distant-token loss ridge may add")
     p.add_argument("--profile", choices=sorted(profiles.PROFILES), default="quick", help="eval plan (default quick)")
+    p.add_argument("--budget-ruler", type=float, default=None,
+                   help="RULER average points ridge may lose against exact (adds RULER's tasks to the measurement)")
     p.add_argument("--needles-only", action="store_true", help="skip the loss measurement (a wide first pass)")
+    p.add_argument("--ruler", action="store_true", help="also measure RULER's tasks (reported beside the needles)")
+    p.add_argument("--ruler-only", action="store_true", help="measure RULER's tasks alone (no needles, no loss)")
+    list_option(p, "--ruler-tasks", metavar="TASK", help="RULER tasks (default: the 11 that run offline)")
     list_option(p, "--needle-tasks", metavar="TASK", help="needle tasks (default: the profile's)")
-    p.add_argument("--items", type=int, help="needle items per task and length (default: the profile's)")
+    p.add_argument("--items", type=int, help="needle and RULER items per task and length (default: the profile's)")
     p.add_argument("--docs", type=int, help="loss documents per length (default: the profile's)")
     list_option(p, "--modes", default=None, help="variants (default exact,identity,ridge; ridge@P: P %% routed)")
     p.add_argument("--tokens", type=int, default=16384, help="calibration tokens of the one capture")
@@ -45,6 +50,13 @@ def add_commands(sub) -> None:
     p.set_defaults(func=cmd_tune)
 
 
+def _quality_text(row: dict) -> str:
+    """'needles R vs exact E' and/or 'RULER R vs exact E', whichever the row measured."""
+    parts = [f"{label} {row[key].get('ridge', float('nan')):.1f} vs exact {row[key].get('exact', float('nan')):.1f}"
+             for key, label in (("needle", "needles"), ("ruler", "RULER")) if key in row]
+    return ", ".join(parts) or "no quality measured"
+
+
 def _loss_gap_text(row: dict) -> str:
     gap = row.get("loss_diff", {}).get("ridge-exact")
     return f", distant-token loss {gap['mean']:+.3f} nats over exact" if gap else ""
@@ -57,20 +69,20 @@ def cmd_tune(args) -> int:
     print(f"frontier: {work / 'frontier.md'}, {work / 'frontier.png'}")
     if not args.output:
         return 0
-    chosen, best = frontier.choose(rows, args.budget_needles, args.budget_loss)
+    chosen, best = frontier.choose(rows, args.budget_needles, args.budget_loss, args.budget_ruler)
     if chosen is None:
         where = ("none measured" if best is None else
                  f"the best found is split {best['split']}, tail {best['tail']} at {best['n_tokens']} tokens: "
-                 f"needles {best.get('needle', {}).get('ridge', float('nan')):.1f} vs exact "
-                 f"{best.get('needle', {}).get('exact', float('nan')):.1f}" + _loss_gap_text(best))
-        raise NoOperatingPoint(f"no configuration meets --budget-needles {args.budget_needles} and --budget-loss "
-                               f"{args.budget_loss}; {where}. Widen the budget or add earlier splits / longer tails")
+                 + _quality_text(best) + _loss_gap_text(best))
+        ruler = "" if args.budget_ruler is None else f", --budget-ruler {args.budget_ruler}"
+        raise NoOperatingPoint(f"no configuration meets --budget-needles {args.budget_needles}, --budget-loss "
+                               f"{args.budget_loss}{ruler}; {where}. Widen the budget or add earlier splits / longer tails")
     # the store holds the quality, not the maps (a fresh clone of a committed report): fit the chosen split if absent
     frontier.fit_candidates(Path(args.base), [chosen["split"]], fit_config(args), work, log)
     check_measured_maps(work, chosen["split"])
     frontier.write_tuned(Path(args.base), work, chosen, Path(args.output))
     print(f"chosen: split {chosen['split']}, sinks {chosen['sinks']}, tail {chosen['tail']}, "
           f"routed {100 * chosen.get('route', 0.0):g} % "
-          f"({frontier.speedup(chosen):.2f}x, needles {chosen['needle']['ridge']:.1f} vs exact {chosen['needle']['exact']:.1f})")
+          f"({frontier.speedup(chosen):.2f}x, {_quality_text(chosen)})")
     print(f"wrote {args.output}")
     return 0

@@ -122,6 +122,12 @@ def row_for(pt: Point, summary: list[dict], shape: costmodel.Shape, ttft: dict |
         # documents with distant-dependent tokens, and those tokens (the exact model's criterion: every mode alike)
         exact = loss["means"].get("exact", {})
         out["loss_docs"], out["loss_tokens"] = exact.get("n", 0), exact.get("tokens", 0)
+    ruler = _summary_row(summary, "ruler", "average", "score", pt)
+    if ruler:
+        out["ruler"] = {v: ruler["means"][name]["mean"] for v, name in _names(pt) if name in ruler["means"]}
+        out["ruler_ns"] = {v: ruler["means"][name]["n"] for v, name in _names(pt) if name in ruler["means"]}
+        out["ruler_tasks"] = ruler["tasks"]
+        out["ruler_diff"] = _diffs(ruler["diffs"], pt)
     loss_all = _summary_row(summary, "loss", "loss", "loss_all", pt)
     if loss_all:
         out["loss_all_diff"] = _diffs(loss_all["diffs"], pt)
@@ -148,8 +154,8 @@ def speedup(row: dict, mode: str = "ridge") -> float:
     return row.get(f"speedup_{mode}", row[f"bound_{mode}"])
 
 
-def share_of_exact(row: dict, mode: str) -> float | None:
-    n = row.get("needle", {})
+def share_of_exact(row: dict, mode: str, metric: str = "needle") -> float | None:
+    n = row.get(metric, {})
     if mode not in n or "exact" not in n:
         return None
     return n[mode] / n["exact"] if n["exact"] > 0 else None
@@ -173,22 +179,37 @@ def recorded_commands(work: Path) -> list[str]:
     return [c for c in path.read_text().splitlines() if c.strip()] if path.is_file() else []
 
 
-def check_budgets(budget_needles: float, budget_loss: float) -> None:
-    for name, v in (("--budget-needles", budget_needles), ("--budget-loss", budget_loss)):
+def check_budgets(budget_needles: float, budget_loss: float, budget_ruler: float | None = None) -> None:
+    for name, v in (("--budget-needles", budget_needles), ("--budget-loss", budget_loss),
+                    ("--budget-ruler", 0.0 if budget_ruler is None else budget_ruler)):
         if not v >= 0:
             raise InputError(f"{name} must be >= 0, not {v}")
 
 
-def meets(row: dict, budget_needles: float, budget_loss: float, need_loss: bool = False) -> bool:
-    """Ridge's needle score within budget_needles points of exact's, and its distant-token loss
-    within budget_loss nats of exact's (where the loss was measured; with need_loss, a row without
-    it does not qualify). The needle gap is the paired one (the items both measured) where there is
-    one: means over unequal item sets are not comparable."""
-    n = row.get("needle", {})
-    if "ridge" not in n or "exact" not in n:
+def _gap(row: dict, metric: str) -> float | None:
+    """Ridge minus exact on a score: the paired gap (the items both measured) where there is one,
+    since means over unequal item sets are not comparable; None where either is missing."""
+    m = row.get(metric, {})
+    if "ridge" not in m or "exact" not in m:
+        return None
+    paired = row.get(f"{metric}_diff", {}).get("ridge-exact")
+    return paired["mean"] if paired else m["ridge"] - m["exact"]
+
+
+def meets(row: dict, budget_needles: float, budget_loss: float, need_loss: bool = False,
+          budget_ruler: float | None = None, need_needles: bool = True) -> bool:
+    """Ridge's needle score within budget_needles points of exact's (where needles are measured:
+    need_needles), its RULER average within budget_ruler points (when given), and its distant-token
+    loss within budget_loss nats of exact's (where the loss was measured; with need_loss, a row
+    without it does not qualify)."""
+    needles = _gap(row, "needle")
+    if (needles is None and need_needles) or (needles is not None and needles < -budget_needles):
         return False
-    paired = row.get("needle_diff", {}).get("ridge-exact")
-    if (paired["mean"] if paired else n["ridge"] - n["exact"]) < -budget_needles:
+    if budget_ruler is not None:
+        ruler = _gap(row, "ruler")
+        if ruler is None or ruler < -budget_ruler:
+            return False
+    if needles is None and budget_ruler is None:
         return False
     gap = row.get("loss_diff", {}).get("ridge-exact")
     return (not need_loss) if gap is None else gap["mean"] <= budget_loss
@@ -202,15 +223,19 @@ def configs(rows: list[dict]) -> dict[tuple, list[dict]]:
     return out
 
 
-def choose(rows: list[dict], budget_needles: float, budget_loss: float) -> tuple[dict | None, dict | None]:
+def choose(rows: list[dict], budget_needles: float, budget_loss: float,
+           budget_ruler: float | None = None) -> tuple[dict | None, dict | None]:
     """(the fastest configuration that meets both budgets at every length, or None; the best-quality one).
     Each is its row at the longest prompt. Where the sweep measured the loss anywhere, a configuration
     whose loss was not measured does not qualify: an unmeasured gap is not a small one."""
     groups = configs(rows)
     longest = {k: max(g, key=lambda r: r["n_tokens"]) for k, g in groups.items()}
     need_loss = any(r.get("loss_diff", {}).get("ridge-exact") for r in rows)
-    ok = [longest[k] for k, g in groups.items() if all(meets(r, budget_needles, budget_loss, need_loss) for r in g)]
-    worst = {k: min((share_of_exact(r, "ridge") or 0.0) for r in g) for k, g in groups.items()}
+    need_needles = any("needle" in r for r in rows)
+    ok = [longest[k] for k, g in groups.items()
+          if all(meets(r, budget_needles, budget_loss, need_loss, budget_ruler, need_needles) for r in g)]
+    metric = "needle" if need_needles else "ruler"
+    worst = {k: min((share_of_exact(r, "ridge", metric) or 0.0) for r in g) for k, g in groups.items()}
     best = max(longest, key=lambda k: (worst[k], speedup(longest[k])), default=None)
     return (max(ok, key=speedup) if ok else None), (longest[best] if best else None)
 

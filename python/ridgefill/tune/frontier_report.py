@@ -65,16 +65,41 @@ def _loss_table(rows: list[dict], window: int | None) -> list[str]:
     return lines
 
 
+SEED_TRADE = ("the seed's own trade: 1.25-1.31x TTFT for -1.2 to -1.4 RULER points at 16K-120K tokens "
+              "(Qwen3.8-27B in a llama.cpp fork on an A100)")
+
+
+def _ruler_table(rows: list[dict]) -> list[str]:
+    """RULER's average against speed, the seed's terms; its tasks named, since qa_1 and qa_2 cannot run here."""
+    rows = [r for r in rows if "ruler" in r]
+    if not rows:
+        return []
+    tasks = sorted({len(r.get("ruler_tasks", ())) for r in rows})
+    lines = ["", f"RULER average over {'/'.join(map(str, tasks))} tasks (RULER's string match, 0-100; qa_1 and qa_2 "
+                 f"need datasets that do not install offline), against speed; beside {SEED_TRADE}:\n",
+             "| split | tail | N | speed-up ridge | RULER exact / identity / ridge (items) | ridge − exact [95 %] | "
+             "ridge − identity [95 %] | identity − exact [95 %] |",
+             "|" + " --- |" * 8]
+    for r in rows:
+        m, d, ns = r["ruler"], r.get("ruler_diff", {}), r.get("ruler_ns", {})
+        cells = " / ".join(f"{m[v]:.1f}" if v in m else "–" for v in ("exact", "identity", "ridge"))
+        count = "/".join(str(ns.get(v, 0)) for v in ("exact", "identity", "ridge"))
+        lines.append(f"| {r['split']} | {r['tail']} | {r['n_tokens']} | {_speed(r, 'ridge')} | {cells} ({count}) | "
+                     f"{_iv(d.get('ridge-exact'))} | {_iv(d.get('ridge-identity'))} | {_iv(d.get('identity-exact'))} |")
+    return lines
+
+
 def markdown(rows: list[dict], title: str = "", commands: Sequence[str] | str | None = None,
              window: int | None = None) -> str:
     routed = any(r.get("route", 0) > 0 for r in rows)
     commands = [commands] if isinstance(commands, str) else list(commands or ())
+    needles = [r for r in rows if "needle" in r] or ([] if any("ruler" in r for r in rows) else rows)
     lines = [f"## {title}\n" if title else None, *(_command_lines(commands) if commands else ()),
              ("| split | tail | " + ("routed | " if routed else "") + "N | speed-up ridge | speed-up identity | "
               "needles exact / identity / ridge (n) | ridge − identity [95 %] | ridge − exact [95 %] | "
               + ("routed − plain ridge [95 %] |" if routed else "")).rstrip(),
-             "|" + " --- |" * (10 if routed else 8)]
-    for r in rows:
+             "|" + " --- |" * (10 if routed else 8)] if needles else []
+    for r in needles:
         n = r.get("needle", {})
         cells = " / ".join(f"{n[v]:.1f}" if v in n else "–" for v in ("exact", "identity", "ridge"))
         d = r.get("needle_diff", {})
@@ -82,7 +107,7 @@ def markdown(rows: list[dict], title: str = "", commands: Sequence[str] | str | 
         plain = f"{_iv(d.get('ridge-plain'))} | " if routed else ""
         lines.append(f"| {r['split']} | {r['tail']} | {route}{r['n_tokens']} | {_speed(r, 'ridge')} | {_speed(r, 'identity')} | "
                      f"{cells} ({_counts(r)}) | {_iv(d.get('ridge-identity'))} | {_iv(d.get('ridge-exact'))} | {plain}".rstrip())
-    lines += _loss_table(rows, window)
+    lines += _loss_table(rows, window) + _ruler_table(rows)
     return "\n".join(line for line in lines if line is not None) + "\n"
 
 
@@ -106,13 +131,14 @@ def figure(rows: list[dict], title: str = ""):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    metric = "needle" if any("needle" in r for r in rows) else "ruler"
     lines = [("identity", 0.0, "--o", -11)] + [("ridge", p, "-s" if p == 0 else "-^", 4)
                                               for p in sorted({r.get("route", 0.0) for r in rows})]
     for n in sorted({r["n_tokens"] for r in rows}):
         for tail in sorted({r["tail"] for r in rows}):
             for mode, route, style, dy in lines:
-                pts = sorted((speedup(r, mode), share_of_exact(r, mode), r["split"]) for r in rows
-                             if r["n_tokens"] == n and r["tail"] == tail and share_of_exact(r, mode) is not None
+                pts = sorted((speedup(r, mode), share_of_exact(r, mode, metric), r["split"]) for r in rows
+                             if r["n_tokens"] == n and r["tail"] == tail and share_of_exact(r, mode, metric) is not None
                              and r.get("route", 0.0) == (route if mode == "ridge" else 0.0))
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], style,
@@ -121,7 +147,7 @@ def figure(rows: list[dict], title: str = ""):
                         ax.annotate(f"s{s}", (x, y), fontsize=7, xytext=(3, dy), textcoords="offset points")
     ax.axhline(1.0, color="k", lw=0.8, label="exact")
     ax.set_xlabel("TTFT speed-up over exact (measured where available, else cost-model bound)")
-    ax.set_ylabel("needle score / exact")
+    ax.set_ylabel(f"{'needle score' if metric == 'needle' else 'RULER average'} / exact")
     ax.set_title(title or "quality vs speed")
     ax.legend(fontsize=7)
     fig.tight_layout()

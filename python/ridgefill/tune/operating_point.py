@@ -43,7 +43,17 @@ def plan_from_args(args) -> profiles.Plan:
     return profiles.get(args.profile).with_(
         lengths=args.lengths or (4096,), tails=args.tails or (1024,), sinks=args.sinks,
         needle_tasks=args.needle_tasks, needle_items=args.items, loss_items=args.docs,
-        tasks=("needle",) if args.needles_only else ("needle", "loss"))
+        ruler_tasks=getattr(args, "ruler_tasks", None), ruler_items=args.items, tasks=plan_tasks(args))
+
+
+def plan_tasks(args) -> tuple[str, ...]:
+    """needle and loss (--needles-only: needle), and RULER's tasks with --ruler or a RULER budget;
+    --ruler-only: RULER's alone."""
+    if getattr(args, "ruler_only", False):
+        return ("ruler",)
+    base = ("needle",) if args.needles_only else ("needle", "loss")
+    wants_ruler = getattr(args, "ruler", False) or getattr(args, "budget_ruler", None) is not None
+    return base + (("ruler",) if wants_ruler else ())
 
 
 def measure_ttft(gguf: Path, split: int, sinks: int, tail: int, lengths: Sequence[int], modes, runs: int,
@@ -107,7 +117,7 @@ def run(args, log) -> tuple[list[dict], Path]:
     base = Path(args.base)
     work = Path(args.work_dir or f"ridgefill-tune-{base.stem}")
     shape = Shape.from_gguf(base)
-    frontier.check_budgets(args.budget_needles, args.budget_loss)
+    frontier.check_budgets(args.budget_needles, args.budget_loss, getattr(args, "budget_ruler", None))
     splits = sorted(set(args.splits or default_splits(shape.n_layer)))
     plan = plan_from_args(args).with_(splits=tuple(splits))
     routes = check_routes(args.routes)
