@@ -1,5 +1,8 @@
 """One invocation: every variant on the same items, over splits, tails and prompt lengths.
 
+Tasks: `needle` (needles inside the filled region), `loss` (distant-dependent tail tokens) and
+`ruler` (RULER's task family, evals.ruler; a RULER record's n_tokens is the item's target length).
+
 Output directory:
   items/*.json     the items (tokens included), reused by a rerun so it sees the same ones
   results.jsonl    one record per (item, variant, split, sinks, tail), appended as measured;
