@@ -54,7 +54,7 @@ def example(tokens: Tokens, seed) -> list[Piece]:
     """The worked example: a 3-letter chain sized to EXAMPLE_TOKENS, with its answer."""
     def make(count: int) -> list[Piece]:
         pieces, names = body(np.random.default_rng([*seed, 1]), count, 3)
-        return pieces + [Piece(" " + " ".join(names) + "\n\n")]
+        return pieces + [Piece(" " + " ".join(names) + "\n\n\n\n")]  # RULER: the example's "\n\n", then "\n\n"
 
     return [Piece(p.text) for p in fit(tokens, make, EXAMPLE_TOKENS - N_NEW, "vt example", start=5)[1]]  # not evidence
 
