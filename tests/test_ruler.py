@@ -140,6 +140,19 @@ def test_tune_meets_a_ruler_budget():
     assert choose(rows, 5, 0.02, budget_ruler=1)[0] is None
 
 
+def test_the_frontier_report_puts_ruler_beside_speed_and_the_seeds_trade():
+    from ridgefill.tune import frontier_report
+
+    row = {"split": 16, "sinks": 4, "tail": 1024, "n_tokens": 4096, "bound_ridge": 1.29, "bound_identity": 1.31,
+           "speedup_ridge": 1.27, "speedup_range_ridge": [1.25, 1.31], "ruler_tasks": list(TASKS),
+           "ruler": {"exact": 80.0, "identity": 70.0, "ridge": 76.0}, "ruler_ns": {"exact": 66, "identity": 66, "ridge": 66},
+           "ruler_diff": {"ridge-exact": {"mean": -4.0, "lo": -7.5, "hi": -0.5}}}
+    md = frontier_report.markdown([row], "t")
+    assert "RULER average over 11 tasks" in md and "1.25-1.31x TTFT for -1.2 to -1.4 RULER points" in md
+    assert "| 16 | 1024 | 4096 | 1.27x [1.25, 1.31] (bound 1.29x) | 80.0 / 70.0 / 76.0 (66/66/66) | -4.0 [-7.5, -0.5] |" in md
+    assert "needles exact" not in md  # RULER alone: no empty needle table
+
+
 # ---- items with the GGUF's own tokenizer (slow: loads SmolLM2) --------------------------------
 
 @pytest.fixture(scope="module")
