@@ -1,5 +1,6 @@
 """RULER's task family (ridgefill.evals.ruler): metrics, items, averages, and a run on SmolLM2."""
 
+import dataclasses
 import json
 import re
 from collections import Counter
@@ -138,6 +139,17 @@ def test_tune_meets_a_ruler_budget():
     assert choose(rows, 5, 0.02, budget_ruler=5)[0]["split"] == 16
     assert choose(rows, 5, 0.02, budget_ruler=15)[0]["split"] == 12
     assert choose(rows, 5, 0.02, budget_ruler=1)[0] is None
+
+
+def test_bad_plans_are_refused_before_anything_runs():
+    from ridgefill.evals import profiles, runner
+    from ridgefill.evals.session import DEFAULT_VARIANTS
+
+    plan = profiles.QUICK.with_(tasks=("ruler",))
+    runner.check_plan(plan, DEFAULT_VARIANTS)
+    for bad in (dict(ruler_tasks=("qa_2",)), dict(ruler_tasks=("bogus",)), dict(ruler_items=0), dict(lengths=(0,))):
+        with pytest.raises(InputError):
+            runner.check_plan(dataclasses.replace(plan, **bad), DEFAULT_VARIANTS)
 
 
 def test_the_frontier_report_puts_ruler_beside_speed_and_the_seeds_trade():

@@ -194,6 +194,10 @@ def check_plan(plan: Plan, variants: Sequence[Variant]) -> None:
             ruler.tasks.get(name)  # an unknown or missing task fails before anything is measured
     if not plan.lengths or not plan.tails:
         raise InputError("a plan needs at least one length and one tail")
+    counts = {"needle": plan.needle_items, "loss": plan.loss_items, "ruler": plan.ruler_items}
+    bad = {t: counts[t] for t in plan.tasks if counts[t] < 1}
+    if bad or min(plan.lengths) < 1:
+        raise InputError(f"items per task and prompt lengths must be >= 1 (got {bad or ''} lengths {list(plan.lengths)})")
 
 
 def check_window(store: ResultStore, plan: Plan) -> None:
