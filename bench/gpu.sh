@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# TTFT exact vs split prefill on one GPU: the fork built with CUDA, synthetic llama-3.1-8b and
-# qwen3-8b shapes (random weights, identity maps at split L/2), 16K-128K prompts, tail 2048.
+# TTFT exact vs split prefill on one GPU: the fork built with CUDA, synthetic shapes of the seed's
+# Qwen3.8-27B (qwen35 hybrid) and of llama-3.1-8b (random Q8_0 weights, identity maps at split L/2),
+# 16K-120K prompts, tail 2048; the 27B shape first, so a call that runs out of time has measured it.
 #
 #   bench/gpu.sh pack        here: write build/gpu-carry (trimmed patched tree, tokenizer, gguf wheel)
 #   bench/gpu.sh run         on the GPU machine, with build/gpu-carry carried: build + generate + measure
 #   bench/gpu.sh --dry-run   here: the same pipeline on CPU (tiny shapes, short prompts, CMake configure only)
 #
-# Env: RF_CUDA_ARCH (90 = H100/H200, the default; 80 = A100), RF_OUT (results folder; default $OUT or
+# Env: RF_CUDA_ARCH (90 = H100/H200, the default; 80 = A100), RF_WEIGHT_TYPE (q8_0, the default: the 27B
+# shape in F16 is 54 GB, near the lent machine's 64 GiB disk; f16), RF_OUT (results folder; default $OUT or
 # bench/out), RF_LENGTHS, RF_SHAPES, RF_RUNS, RF_MODES (default exact identity ridge ridge@10), RF_DEADLINE_S (start no new length after it; default 420),
 # RF_CARRY (the carry folder; default build/gpu-carry), RF_CMAKE_ARGS (extra CMake flags of the CUDA build, e.g.
 # -DGGML_CUDA_FA=OFF to build in less time when flash attention is not measured).
@@ -61,14 +63,15 @@ run)
     cmake --build "$work/build" --target llama-bench -j"$(nproc)" > "$out/gpu-build.log" 2>&1 &
     build=$!
     say "writing the synthetic models while it builds"
-    python3 -m ridgefill.cli.gpu gen --tokenizer "$carry/tokenizer.gguf" --shapes ${RF_SHAPES:-llama-3.1-8b qwen3-8b} \
-        --lengths ${RF_LENGTHS:-16384 32768 65536 131072} --workdir "$work/models"
+    python3 -m ridgefill.cli.gpu gen --tokenizer "$carry/tokenizer.gguf" --shapes ${RF_SHAPES:-qwen3.8-27b llama-3.1-8b} \
+        --lengths ${RF_LENGTHS:-16384 32768 65536 122880} --weight-type "${RF_WEIGHT_TYPE:-q8_0}" --workdir "$work/models"
     wait "$build" || { tail -30 "$out/gpu-build.log"; exit 1; }
     say "built; measuring"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu-info.csv" || true
     python3 -m ridgefill.cli.gpu run --llama-bench "$work/build/bin/llama-bench" --tokenizer "$carry/tokenizer.gguf" \
-        --shapes ${RF_SHAPES:-llama-3.1-8b qwen3-8b} --lengths ${RF_LENGTHS:-16384 32768 65536 131072} \
-        --runs "${RF_RUNS:-2}" --modes ${RF_MODES:-exact identity ridge ridge@10} --tail 2048 --threads 8 --ubatch 2048 --workdir "$work/models" \
+        --shapes ${RF_SHAPES:-qwen3.8-27b llama-3.1-8b} --lengths ${RF_LENGTHS:-16384 32768 65536 122880} \
+        --runs "${RF_RUNS:-2}" --modes ${RF_MODES:-exact identity ridge ridge@10} --tail 2048 --threads 8 --ubatch 2048 \
+        --weight-type "${RF_WEIGHT_TYPE:-q8_0}" --workdir "$work/models" \
         --out "$out/gpu-ttft.json" --deadline-s "${RF_DEADLINE_S:-420}"
     say "done: $out/gpu-ttft.json" ;;
 *)

@@ -116,6 +116,12 @@ SHAPES = {
                             ssm_dt_rank=4, rope_dim=16),
     "qwen3.5-9b": Shape("qwen35", 32, 4096, 16, 4, 256, 12288, qk_norm=True, attn_interval=4, ssm_d_state=128,
                         ssm_n_group=16, ssm_dt_rank=32, rope_dim=64, rope_sections=(11, 11, 10, 0)),
+    # the seed's model: Qwen3.8-27B's config.json (as Qwen3.5-27B's and Qwen3.6-27B's): hidden 5120, 64 layers
+    # (every 4th full attention: 24 Q / 4 KV heads of 256, 64 rotated dims, MRoPE [11, 11, 10]), Gated DeltaNet
+    # with 16 key / 48 value heads of 128, conv 4, FFN 17408; its one multi-token-prediction layer is not
+    # part of prefill and is left out (docs/results.md, "The GPU run")
+    "qwen3.8-27b": Shape("qwen35", 64, 5120, 24, 4, 256, 17408, qk_norm=True, attn_interval=4, ssm_d_state=128,
+                         ssm_n_group=16, ssm_dt_rank=48, rope_dim=64, rope_sections=(11, 11, 10, 0)),
 }
 
 _F32_TENSORS = re.compile(r".*\.ssm_conv1d\.weight$")  # the conv kernel stays F32 (ggml_ssm_conv)
