@@ -154,12 +154,14 @@ def markdown(rows: list[dict], plan=None) -> str:
                        f"such a token may depend on any row more than {plan.window} back, filled rows "
                        f"[sinks, N - tail) and sinks alike. Means weight documents alike; `tok` weights every "
                        f"scored token alike (intervals are per document).\n")
-        if "ruler" in plan.tasks:
+        if "ruler" in plan.tasks or any(r["task"] == "ruler" for r in rows):
             out.append("RULER: each task scored with RULER's string-match metric (0-100); `average` is RULER's "
                        "average over the tasks every variant measured (qa_1 and qa_2 are missing: their datasets "
                        "do not install offline), its intervals resampling items within each task; `filled/` rows "
                        "keep the items whose answers all lie in the filled rows [sinks, N - tail). N is the "
-                       "target length (prompt plus the task's generation budget).\n")
+                       "target length (prompt plus the task's generation budget). A task of one item, or one "
+                       "every variant scores alike on every item, adds no spread to an average's interval: "
+                       "read the intervals with the item counts.\n")
     key = lambda r: (r["task"], r["metric"])  # noqa: E731
     for (task, metric), grp in groupby(sorted(rows, key=key), key=key):
         grp = list(grp)

@@ -98,7 +98,9 @@ def stored_summary(work: Path, plan) -> tuple[list[dict], dict]:
     store = work / "eval" / "results.jsonl"
     if not store.is_file():
         raise InputError(f"{store} does not exist: nothing measured yet")
-    return report.summarize(ResultStore(store).all(), n_boot=plan.n_boot, seed=plan.seed), asdict(plan)
+    rows = report.summarize(ResultStore(store).all(), n_boot=plan.n_boot, seed=plan.seed)
+    (work / "eval" / "summary.md").write_text(report.markdown(rows, plan))  # per task, as `eval` writes it
+    return rows, asdict(plan)
 
 
 def lagged_of(gguf: Path, ttft: dict | None) -> int:
