@@ -13,7 +13,9 @@ from typing import Callable
 
 from . import aggregate, niah, vt
 from .item import RulerItem
+from .metrics import METRICS
 from .prompt import Tokens, fit
+from .words import common_pool
 from ...errors import InputError
 
 
@@ -61,8 +63,6 @@ def _builder(task: Task, tokens: Tokens, seed, target: int) -> tuple[Callable[[i
         ex = vt.example(tokens, seed)
         return (lambda c: vt.pieces(ex, seed, c)), 1, None
     if task.name == "cwe":
-        from .words import common_pool
-
         return (lambda c: aggregate.cwe_pieces(seed, target, c)), aggregate.NUM_CW + 1, len(common_pool())
     vocab = aggregate.fwe_vocab(seed, target)
     return (lambda c: aggregate.fwe_pieces(seed, vocab, c)), len(vocab), None
@@ -88,6 +88,4 @@ def generate(model, name: str, target: int, n_items: int, seed: int) -> list[Rul
 
 
 def score(item: RulerItem, prediction: str) -> float:
-    from .metrics import METRICS
-
     return METRICS[get(item.task).metric](prediction, item.answers)
