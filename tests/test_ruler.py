@@ -262,3 +262,30 @@ def test_ruler_end_to_end_on_the_smallest_model(smollm2_path, tmp_path):
     groups = {(r["group"], r["tail"]) for r in doc["summary"]}
     assert ("average", 256) in groups and ("average", 1024) in groups
     assert "| average |" in (out / "summary.md").read_text()
+
+
+def test_a_saved_item_file_serves_any_count_since_items_are_seeded_by_index(tmp_path):
+    """RULER's item i depends on its index alone: 12 saved serve a run of 6 (the first six), and 3 saved grow to 5
+    by making only items 3 and 4; needle items (depths spread over the count) still refuse another count."""
+    def item(i):
+        return RulerItem(np.arange(i + 1, dtype=np.int32), [str(i)], "vt", 1024, [(0, 1)], 30, f"vt/N1024/{i}")
+
+    made = []
+
+    def make(start, n):
+        made.append((start, n))
+        return [item(i) for i in range(start, n)]
+
+    params = {"task": "vt", "n_tokens": 1024, "seed": 0}
+    path = tmp_path / "ruler-vt-N1024.json"
+    got = items_io.load_or_make(path, "ruler", {**params, "n_items": 3}, lambda s: make(s, 3), per_index=True)
+    assert [it.id for it in got] == [f"vt/N1024/{i}" for i in range(3)] and made == [(0, 3)]
+    got = items_io.load_or_make(path, "ruler", {**params, "n_items": 5}, lambda s: make(s, 5), per_index=True)
+    assert [it.answers for it in got] == [[str(i)] for i in range(5)] and made[-1] == (3, 5)
+    assert len(items_io.load(path)[1]) == 5
+    got = items_io.load_or_make(path, "ruler", {**params, "n_items": 2}, lambda s: make(s, 2), per_index=True)
+    assert [it.id for it in got] == ["vt/N1024/0", "vt/N1024/1"] and len(made) == 2
+    with pytest.raises(items_io.ItemsMismatch):  # another seed is other items
+        items_io.load_or_make(path, "ruler", {**params, "seed": 1, "n_items": 2}, lambda s: make(s, 2), per_index=True)
+    with pytest.raises(items_io.ItemsMismatch):
+        items_io.load_or_make(path, "ruler", {**params, "n_items": 2}, lambda: [])

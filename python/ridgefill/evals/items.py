@@ -41,15 +41,29 @@ def load(path: str | os.PathLike) -> tuple[str, list, dict]:
     return doc["kind"], [cls.from_dict(d) for d in doc["items"]], doc["params"]
 
 
-def load_or_make(path: str | os.PathLike, kind: str, params: dict, make) -> list:
-    """The items saved at `path` if they were made with `params`; else make() them and save."""
+def load_or_make(path: str | os.PathLike, kind: str, params: dict, make, per_index: bool = False) -> list:
+    """The items saved at `path` if they were made with `params`; else make() them and save.
+
+    per_index: item i depends on its index, not on how many were asked for (RULER's), so a saved file made
+    with other `n_items` serves too: its first n_items, or all of it plus make(start) for the items after it.
+    """
     path = Path(path)
-    if path.is_file():
-        got_kind, items, got = load(path)
-        if got_kind != kind or got != params:
-            raise ItemsMismatch(f"{path} holds items made with other parameters ({got}); "
-                                f"use another output directory, or delete it, to run with {params}")
+    if not path.is_file():
+        items = make(0) if per_index else make()
+        save(path, kind, items, params)
         return items
-    items = make()
-    save(path, kind, items, params)
-    return items
+    got_kind, items, got = load(path)
+    if got_kind == kind and got == params:
+        return items
+    if got_kind == kind and per_index and _except_count(got) == _except_count(params):
+        want = params["n_items"]
+        if len(items) < want:
+            items += make(len(items))
+            save(path, kind, items, params)
+        return items[:want]
+    raise ItemsMismatch(f"{path} holds items made with other parameters ({got}); "
+                        f"use another output directory, or delete it, to run with {params}")
+
+
+def _except_count(params: dict) -> dict:
+    return {k: v for k, v in params.items() if k != "n_items"}

@@ -88,8 +88,9 @@ def make_items(model, plan: Plan, item_dir: Path) -> dict[str, list]:
             for name in plan.ruler_tasks:
                 params = {"task": name, "n_tokens": n, "n_items": plan.ruler_items, "seed": plan.seed,
                           "tokenizer": tokenizer_id(model)}
-                out["ruler"] += items_io.load_or_make(item_dir / f"ruler-{name}-N{n}.json", "ruler", params,
-                                                      lambda: ruler.generate(model, name, n, plan.ruler_items, plan.seed))
+                out["ruler"] += items_io.load_or_make(
+                    item_dir / f"ruler-{name}-N{n}.json", "ruler", params, per_index=True,
+                    make=lambda start: ruler.generate(model, name, n, plan.ruler_items, plan.seed, start))
         if "loss" in plan.tasks:
             params = {"n_tokens": n, "n_items": plan.loss_items, "seed": plan.seed, "tokenizer": tokenizer_id(model)}
             out["loss"] += items_io.load_or_make(item_dir / f"loss-N{n}.json", "loss", params,

@@ -82,9 +82,10 @@ def build(model, name: str, target: int, seed: int, index: int, tokens: Tokens |
                      {"seed": item_seed, "haystack_units": count})
 
 
-def generate(model, name: str, target: int, n_items: int, seed: int) -> list[RulerItem]:
+def generate(model, name: str, target: int, n_items: int, seed: int, start: int = 0) -> list[RulerItem]:
+    """Items start..n_items-1; item i depends on (name, target, seed, i) alone."""
     tokens = Tokens(model)
-    return [build(model, name, target, seed, i, tokens) for i in range(n_items)]
+    return [build(model, name, target, seed, i, tokens) for i in range(start, n_items)]
 
 
 def score(item: RulerItem, prediction: str) -> float:
