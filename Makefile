@@ -16,7 +16,7 @@ $(shell mkdir -p $(VENV) && find python/ridgefill -name '*.py' | LC_ALL=C sort >
 BUILD_INPUTS := pyproject.toml CMakeLists.txt $(wildcard cpp/*) $(wildcard ggml-patches/*.patch) \
   $(wildcard python/ridgefill/upstream/*.py) $(MODULES)
 
-.PHONY: setup deps test test-fast demo patches-apply patches-export check-series clean
+.PHONY: setup deps test test-fast demo patches-apply patches-export check-series clean setup-vulkan test-vulkan
 
 all: setup
 
@@ -68,5 +68,29 @@ check-series: setup
 	$(PY) -m pytest -q -m "not slow"; \
 	echo "check-series: $$(( $$(date +%s) - start )) s"
 
+# The same package built with llama.cpp's Vulkan backend, in its own venv and build folder, to run the fill,
+# routing and lag graphs on a GPU-style backend: Mesa's software driver (lavapipe) where there is no GPU.
+# Not part of `make test` (a cold build is ~25 min on 2 cores; docs/development.md#vulkan).
+VK_VENV := .venv-vulkan
+VK_PKGS := mesa-vulkan-drivers glslc libvulkan-dev spirv-headers
+$(VK_VENV)/.installed: $(BUILD_INPUTS)
+	@dpkg -s $(VK_PKGS) >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q $(VK_PKGS); }
+	$(PYTHON) -m venv $(VK_VENV)
+	$(VK_VENV)/bin/python -m pip install -q --disable-pip-version-check scikit-build-core==0.11.6 pybind11==3.0.1 ninja
+	@start=$$(date +%s); \
+	rm -f $(VK_VENV)/lib/python*/site-packages/_ridgefill_editable.pth; \
+	$(VK_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation \
+	  -C build-dir=build/vulkan -C cmake.define.GGML_VULKAN=ON -e ".[test]"; \
+	echo "setup-vulkan: build + install took $$(( $$(date +%s) - start )) s"
+	touch $@
+
+setup-vulkan: $(VK_VENV)/.installed
+
+# Vulkan against the CPU: exactness constructions, the server, and the fill graph's backend splits.
+test-vulkan: setup-vulkan
+	$(VK_VENV)/bin/python -m ridgefill model fetch smollm2-135m >/dev/null
+	GGML_VK_VISIBLE_DEVICES=$${GGML_VK_VISIBLE_DEVICES-0} XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR-/tmp} \
+	  $(VK_VENV)/bin/python -m pytest -q -rs -m vulkan $(PYTEST_ARGS)
+
 clean:
-	rm -rf build/cmake $(VENV)
+	rm -rf build/cmake build/vulkan $(VENV) $(VK_VENV)

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace py = pybind11;
@@ -597,6 +598,21 @@ PYBIND11_MODULE(_core, m) {
     m.def("set_log_level", [](int level) { g_log_level = level; },
           "echo llama.cpp log lines at or above this ggml level (1 debug .. 4 error, 5 silences)");
 
+    m.def("devices", [] {
+        std::vector<std::tuple<std::string, std::string, std::string>> out;
+        for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+            ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+            const char * type = "accel";
+            switch (ggml_backend_dev_type(dev)) {
+                case GGML_BACKEND_DEVICE_TYPE_CPU:  type = "cpu";  break;
+                case GGML_BACKEND_DEVICE_TYPE_GPU:  type = "gpu";  break;
+                case GGML_BACKEND_DEVICE_TYPE_IGPU: type = "igpu"; break;
+                default: break;
+            }
+            out.emplace_back(ggml_backend_dev_name(dev), ggml_backend_dev_description(dev), type);
+        }
+        return out;
+    }, "the backend devices models load onto: (name, description, type: cpu, gpu, igpu or accel)");
     m.def("add_rpc_servers", &add_rpc_servers, py::arg("endpoints"),
           "register rpc-servers (host:port) as devices of the models loaded afterwards");
 

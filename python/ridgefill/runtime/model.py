@@ -23,6 +23,12 @@ def version() -> str:
     return _core.version()
 
 
+def devices() -> list[tuple[str, str, str]]:
+    """The backend devices models load onto, as llama.cpp lists them: (name, description, type), type one of
+    cpu, gpu, igpu, accel. A Vulkan build lists Mesa's software driver only when GGML_VK_VISIBLE_DEVICES names it."""
+    return [tuple(d) for d in _core.devices()]
+
+
 def add_rpc_servers(endpoints: str) -> None:
     """Register ggml-rpc-servers ('host:port,...') for the models loaded afterwards; each must be listening."""
     import socket
