@@ -264,3 +264,24 @@ def test_capture_with_every_layer_on_vulkan_matches_the_cpu(vulkan, spec, tmp_pa
     for k in ("sum_x", "xtx", "xty", "yy"):
         _close(getattr(vk.train, k), getattr(cpu.train, k), CAPTURE_TOL, f"statistics {k}")
     assert not np.array_equal(vk.train.xtx, cpu.train.xtx)
+
+
+@on_vulkan
+def test_the_server_changes_route_and_mode_per_request_on_vulkan(vulkan, spec, tmp_path, monkeypatch):
+    """What a server's clients change per request (the routed fraction, exact instead of the fill) does not
+    re-create the scheduler, unlike a context's set_fill/set_route (the xfail above): six requests in a row."""
+    from conftest import random_maps_model
+    from ridgefill.serve.server import LlamaServer
+
+    for key in ("GGML_VK_VISIBLE_DEVICES", "XDG_RUNTIME_DIR"):
+        monkeypatch.setenv(key, _env(True)[key])
+    model, _ = random_maps_model(spec["base"], SPLIT, tmp_path / "route.gguf", seed=2, route_stats=True)
+    args = ["-ngl", "99", "-b", str(N), "-ub", str(UBATCH), "--ridgefill", "ridge", "--ridgefill-sink", str(SINKS),
+            "--ridgefill-tail", str(TAIL), "--ridgefill-route", "0"]
+    n_fill = N - SINKS - TAIL
+    with LlamaServer(model.path, args, ctx=512, threads=2) as srv:
+        for extra, routed in [({"ridgefill_route": 0.0}, 0), ({"ridgefill_route": 0.25}, 24), ({"ridgefill": "exact"}, None),
+                              ({"ridgefill_route": 1.0}, n_fill), ({"ridgefill_route": 0.0}, 0), ({}, 0)]:
+            done = srv.post("/completion", {"prompt": spec["tokens"], "n_predict": 2, "temperature": 0.0,
+                                            "cache_prompt": False, **extra})
+            assert done["timings"].get("ridgefill_routed_n") == routed, (extra, done["timings"])
