@@ -268,8 +268,8 @@ def test_capture_with_every_layer_on_vulkan_matches_the_cpu(vulkan, spec, tmp_pa
 
 @on_vulkan
 def test_the_server_changes_route_and_mode_per_request_on_vulkan(vulkan, spec, tmp_path, monkeypatch):
-    """What a server's clients change per request (the routed fraction, exact instead of the fill) does not
-    re-create the scheduler, unlike a context's set_fill/set_route (the xfail above): six requests in a row."""
+    """What a server's clients change per request (the routed fraction, exact instead of the fill) serves, where a
+    context's set_fill/set_route between prefills crashes (the xfail above): six requests in a row."""
     from conftest import random_maps_model
     from ridgefill.serve.server import LlamaServer
 
