@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 
 
-
 def on_vulkan(test):
     """A test that runs the fork on the Vulkan device (`make test-vulkan`); the log parsing checks run anywhere."""
     return pytest.mark.slow(pytest.mark.vulkan(test))
@@ -31,8 +30,8 @@ def on_vulkan(test):
 
 CASES = Path(__file__).with_name("vulkan_cases.py")
 SHAPE, SPLIT, N, UBATCH, SINKS, TAIL = "tiny-llama", 4, 160, 32, 32, 32
-# Vulkan against the CPU: logits of a random 8-layer model and cached K/V, relative to their largest magnitude
-# (the shaders accumulate in another order and convert through F16 where the CPU kernels do not)
+# Vulkan against the CPU: logits of a random 8-layer model, cached K/V and capture statistics, relative to their
+# largest magnitude (other kernels: lavapipe's products of F32 maps err by ~6e-4 where the CPU's stay below 1e-4)
 LOGITS_TOL, KV_TOL, CAPTURE_TOL = 2e-2, 2e-2, 5e-3
 
 
@@ -77,8 +76,9 @@ def vulkan(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def spec(shared_models, smollm2, sample_text) -> dict:
-    return {"base": str(shared_models.base(SHAPE)), "split": SPLIT, "tokens": [int(t) for t in smollm2.tokenize(sample_text)[:N]],
-            "ubatch": UBATCH, "sinks": SINKS, "tail": TAIL}
+    tokens = [int(t) for t in smollm2.tokenize(sample_text)[:N]]
+    return {"base": str(shared_models.base(SHAPE)), "split": SPLIT, "tokens": tokens, "ubatch": UBATCH, "sinks": SINKS,
+            "tail": TAIL}
 
 
 def _close(got: np.ndarray, want: np.ndarray, tol: float, what: str) -> None:
@@ -91,7 +91,8 @@ def _close(got: np.ndarray, want: np.ndarray, tol: float, what: str) -> None:
 @pytest.mark.parametrize("flash_attn", ["on", "off"])
 def test_passthrough_fill_is_exact_on_vulkan_and_matches_the_cpu(vulkan, spec, shared_models, tmp_path, shape, split,
                                                                   flash_attn):
-    case = {**spec, "model": str(shared_models.passthrough(shape, split).path), "split": split, "flash_attn": flash_attn}
+    model = shared_models.passthrough(shape, split)
+    case = {**spec, "model": str(model.path), "split": split, "flash_attn": flash_attn}
     vk, _ = _run("passthrough", case, tmp_path, vulkan=True)
     cpu, _ = _run("passthrough", case, tmp_path, vulkan=False)
     for key in ("exact", "ref", "identity", "ridge"):
@@ -117,7 +118,7 @@ def test_routing_p0_and_p1_on_vulkan(vulkan, spec, tmp_path):
 
 @on_vulkan
 @pytest.mark.xfail(reason="known: on lavapipe, changing a context's fill mode between prefills (identity <-> ridge, or "
-                          "the routed fraction 0 <-> p) crashes in the scheduler's re-reservation (docs/backend-ops.md)")
+                          "the routed fraction 0 <-> p) crashes on lavapipe (docs/backend-ops.md)")
 def test_one_context_changes_its_fill_on_vulkan(vulkan, spec, tmp_path):
     vk, _ = _run("switch", spec, tmp_path, vulkan=True)
     cpu, _ = _run("switch", spec, tmp_path, vulkan=False)
@@ -280,8 +281,9 @@ def test_the_server_changes_route_and_mode_per_request_on_vulkan(vulkan, spec, t
             "--ridgefill-tail", str(TAIL), "--ridgefill-route", "0"]
     n_fill = N - SINKS - TAIL
     with LlamaServer(model.path, args, ctx=512, threads=2) as srv:
-        for extra, routed in [({"ridgefill_route": 0.0}, 0), ({"ridgefill_route": 0.25}, 24), ({"ridgefill": "exact"}, None),
-                              ({"ridgefill_route": 1.0}, n_fill), ({"ridgefill_route": 0.0}, 0), ({}, 0)]:
+        requests = [({"ridgefill_route": 0.0}, 0), ({"ridgefill_route": 0.25}, 24), ({"ridgefill": "exact"}, None),
+                    ({"ridgefill_route": 1.0}, n_fill), ({"ridgefill_route": 0.0}, 0), ({}, 0)]
+        for extra, routed in requests:
             done = srv.post("/completion", {"prompt": spec["tokens"], "n_predict": 2, "temperature": 0.0,
                                             "cache_prompt": False, **extra})
             assert done["timings"].get("ridgefill_routed_n") == routed, (extra, done["timings"])
