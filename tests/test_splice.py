@@ -20,13 +20,54 @@ def test_with_exact_norms_keeps_direction_and_takes_norm():
 
 def test_splice_variants_fill_in_their_mode_and_splice_their_parts(monkeypatch):
     seen = []
-    monkeypatch.setattr(splice, "splice", lambda head, parts: seen.append((head, parts)))
+    monkeypatch.setattr(splice, "splice", lambda head, parts, group=None: seen.append((head, parts, group)))
     for v in variants_named(["ridge-k", "ridge-v", "ridge-knorm", "ridge-kv", "identity-kv", "ridge-state"]):
         mode, part = v.name.split("-", 1)
         assert (v.mode, v.route, v.split_free) == (mode, 0.0, False)
         v.hook("head")
-        assert seen.pop() == ("head", splice.PARTS[part])
+        assert seen.pop() == ("head", splice.PARTS[part], None)
     assert splice.PARTS["kv"] == ("k", "v") and splice.PARTS["knorm"] == ("knorm",)
+    for v in variants_named(["ridge-k-early", "ridge-kv-late", "identity-v-early"]):
+        mode, part, group = v.name.split("-")
+        v.hook("head")
+        assert v.mode == mode and seen.pop() == ("head", splice.PARTS[part], group)
+
+
+class _Ctx:
+    def __init__(self, split, n_layer):
+        self.fill_split, self.model = split, type("M", (), {"n_layer": n_layer})()
+
+
+def test_the_groups_halve_the_filled_layers():
+    assert splice.late_layers(_Ctx(20, 30)) == list(range(21, 30))
+    assert splice.late_layers(_Ctx(20, 30), "early") == [21, 22, 23, 24, 25]
+    assert splice.late_layers(_Ctx(20, 30), "late") == [26, 27, 28, 29]
+    assert splice.late_layers(_Ctx(12, 24), "early") == list(range(13, 19))
+
+
+@pytest.mark.slow
+def test_a_grouped_splice_writes_its_half_of_the_filled_layers_only(smollm2_path, sample_text, monkeypatch):
+    monkeypatch.setattr(splice, "_EXACT", splice._ExactCache())
+    model = Model(smollm2_path)
+    toks = model.tokenize(sample_text)[:300]
+    changed = []
+
+    def hook(head):
+        lo, hi = head.fill_range
+        late = splice.late_layers(head.ctx)
+        before = {il: head.ctx.state_get(il, "k", lo, hi, head.seq_id) for il in late}
+        splice.splice(head, ("k",), "early")
+        exact = splice._EXACT.get(head, late)
+        for il in late:
+            after = head.ctx.state_get(il, "k", lo, hi, head.seq_id)
+            early = il in splice.late_layers(head.ctx, "early")
+            np.testing.assert_array_equal(after, exact[il, "k"] if early else before[il], err_msg=str(il))
+            changed.append(early and not np.array_equal(after, before[il]))
+
+    ctx = model.context(n_ctx=512, n_batch=256, n_ubatch=64, threads=2, kv_type="f32")
+    ctx.set_fill("identity", 20)
+    prefill.run_head(ctx, toks, 4, 64, hook=hook)
+    assert sum(changed) == 5  # layers 21-25 took exact keys, 26-29 kept the filled ones
 
 
 @pytest.mark.slow

@@ -55,7 +55,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     list_option(p, "--lengths", int, metavar="N", help="prompt lengths in tokens")
     list_option(p, "--modes", default=None,
                    help="variants to run (default exact,identity,ridge; also exact-cut: exact values in the fill "
-                        "run's batches; ridge-k, -v, -knorm, -kv, -state, -all: splices; eval splice runs "
+                        "run's batches; ridge-k, -v, -knorm, -kv, -state, -all: splices (ridge-k-early, -kv-late, ...: "
+                        "in the half of the filled layers next to the split, or the top half); eval splice runs "
                         "exact,exact-cut,ridge and the ridge splices; ridge@P, identity@P: P %% of each fill "
                         "ubatch routed through the full late layers)")
     list_option(p, "--needle-tasks", metavar="TASK",

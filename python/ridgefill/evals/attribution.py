@@ -14,7 +14,7 @@ import numpy as np
 
 from . import report, stats
 
-SPLICES = ("k", "v", "knorm", "kv", "state", "all")
+SPLICES = ("k", "v", "knorm", "kv", "state", "all", "k-early", "k-late", "v-early", "v-late", "kv-early", "kv-late")
 
 
 def share_interval(fill, spliced, ref, clusters, n_boot: int, seed: int) -> dict:

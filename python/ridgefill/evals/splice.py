@@ -13,7 +13,10 @@ carries the error:
              `exact-cut`, see below);
 - `*-state`  the recurrent state (conv and delta-rule state) of every late linear-attention
              layer of a hybrid model, as it stands after the head rows;
-- `*-all`    K, V and recurrent state (the sanity check for hybrid models).
+- `*-all`    K, V and recurrent state (the sanity check for hybrid models);
+- `*-k-early`, `*-k-late`, `*-v-...`, `*-kv-...`: the same in half of the filled layers only, the
+             half next to the split (`early`: the first ceil(n/2) of the n late layers) or the top
+             half (`late`), to say which filled layers carry the error.
 
 The exact values come from the same prompt run at split = L over the same fill range (every
 layer exact, the fill run's ubatches), i.e. the `exact-cut` variant's cache, so a splice of
@@ -110,8 +113,14 @@ class _ExactCache:
 _EXACT = _ExactCache()
 
 
-def late_layers(ctx: Context) -> list[int]:
-    return list(range(ctx.fill_split + 1, ctx.model.n_layer))
+GROUPS = ("early", "late")  # halves of the late layers a grouped splice writes (None: all of them)
+
+
+def late_layers(ctx: Context, group: str | None = None) -> list[int]:
+    """The filled layers split+1 .. L-1, or one half of them: `early` the first ceil(n/2), `late` the rest."""
+    layers = list(range(ctx.fill_split + 1, ctx.model.n_layer))
+    half = (len(layers) + 1) // 2
+    return {None: layers, "early": layers[:half], "late": layers[half:]}[group]
 
 
 def with_exact_norms(filled: np.ndarray, exact: np.ndarray, head_dim: int) -> np.ndarray:
@@ -123,12 +132,12 @@ def with_exact_norms(filled: np.ndarray, exact: np.ndarray, head_dim: int) -> np
     return (f * (en / np.maximum(fn, 1e-30))).reshape(filled.shape).astype(np.float32)
 
 
-def splice(head: Head, parts: tuple[str, ...]) -> None:
-    """Overwrite `parts` of the filled rows of every late layer that has them with exact values."""
+def splice(head: Head, parts: tuple[str, ...], group: str | None = None) -> None:
+    """Overwrite `parts` of the filled rows of every late layer (of `group`) that has them with exact values."""
     ctx, (lo, hi) = head.ctx, head.fill_range
     kinds = layer_parts(ctx.model)
     layers = late_layers(ctx)
-    todo = [(il, p) for il in layers for p in parts if ("k" if p == "knorm" else p) in kinds[il]]
+    todo = [(il, p) for il in late_layers(ctx, group) for p in parts if ("k" if p == "knorm" else p) in kinds[il]]
     if not todo:
         raise InputError(f"splice {'+'.join(parts)}: no layer after split {ctx.fill_split} caches it "
                          f"({ctx.model.arch}; the recurrent state needs a hybrid model)")
@@ -143,8 +152,8 @@ def splice(head: Head, parts: tuple[str, ...]) -> None:
             write(ctx, il, part, exact[il, part], lo, hi, head.seq_id)
 
 
-def _hook(parts: tuple[str, ...]):
-    return lambda head: splice(head, parts)
+def _hook(parts: tuple[str, ...], group: str | None = None):
+    return lambda head: splice(head, parts, group)
 
 
 def keep_exact_cut(head: Head) -> None:
@@ -157,3 +166,6 @@ register(Variant(EXACT_CUT.name, EXACT_CUT.mode, hook=keep_exact_cut, all_layers
 for _mode in ("ridge", "identity"):
     for _name, _parts in PARTS.items():
         register(Variant(f"{_mode}-{_name}", _mode, hook=_hook(_parts)))
+    for _name in ("k", "v", "kv"):
+        for _group in GROUPS:
+            register(Variant(f"{_mode}-{_name}-{_group}", _mode, hook=_hook(PARTS[_name], _group)))
