@@ -147,19 +147,28 @@ def prefill_cost(sh: Shape, n: int, split: int | None = None, sinks: int = 0, ta
     route: share of the filled rows routed (route.py): each filled row's leverage costs a d x d
     product, and the routed rows run layers split.. in full again, at positions spread over the
     filled range."""
-    layers = range(sh.n_layer)
-    exact = _full_rows(sh, layers, 0, n)
-    lo, hi = sinks, n - tail
-    if split is None or hi <= lo:
-        return exact
-    m = hi - lo
-    late = range(split + 1, sh.n_layer)
-    filled = (_full_rows(sh, range(split), lo, hi) + m * _memory_write(sh, split)
-              + m * sum(_memory_write(sh, il) + (sh.d * sh.d if with_map else 0) for il in late)
-              + (m * lagged * sh.d * sh.d if with_map else 0))
-    if route > 0:
-        filled += m * sh.d * sh.d + route * _full_rows(sh, range(split, sh.n_layer), lo, hi)
-    return exact - _full_rows(sh, layers, lo, hi) + filled
+    return sum(layer_costs(sh, 0, n, split, sinks, tail, with_map, route, lagged))
+
+
+def layer_costs(sh: Shape, lo: int, hi: int, split: int | None = None, sinks: int = 0, tail: int = 0,
+                with_map: bool = True, route: float = 0.0, lagged: int = 0, n: int | None = None) -> list[float]:
+    """Per layer, the multiply-adds of the prompt rows [lo, hi) of an n-row prompt (n: hi by default)
+    under prefill_cost's fill; the lagged and routing products are charged to the layer after the split."""
+    n = hi if n is None else n
+    a, b = max(lo, sinks), min(hi, n - tail)  # the filled rows of [lo, hi)
+    full = [_full_rows(sh, [il], lo, hi) for il in range(sh.n_layer)]
+    if split is None or b <= a:
+        return full
+    m = b - a
+    out = [full[il] - _full_rows(sh, [il], a, b) for il in range(sh.n_layer)]  # sinks and tail rows
+    for il in range(sh.n_layer):
+        if il < split:
+            out[il] += _full_rows(sh, [il], a, b)
+        else:
+            out[il] += m * (_memory_write(sh, il) + (sh.d * sh.d if with_map and il > split else 0))
+            out[il] += route * _full_rows(sh, [il], a, b)
+    out[min(split + 1, sh.n_layer - 1)] += m * sh.d * sh.d * ((lagged if with_map else 0) + (1 if route > 0 else 0))
+    return out
 
 
 def bound(sh: Shape, n: int, split: int, sinks: int, tail: int, with_map: bool = True, route: float = 0.0,
