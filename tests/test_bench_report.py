@@ -66,10 +66,10 @@ def _gguf_with(path, **fields):
 
 def test_stored_zero_sinks_and_tail_are_values_not_missing(tmp_path):
     model = _gguf_with(tmp_path / "m.gguf", split_layer=12, sink_rows=0, tail_rows=0)
-    assert bench._resolve(model, ("exact", "ridge"), None, None, None) == (12, 0, 0)
-    assert bench._resolve(model, ("exact", "ridge"), 10, 3, 5) == (10, 3, 5)
+    assert bench.fill_settings(model, ("exact", "ridge"), None, None, None) == (12, 0, 0)
+    assert bench.fill_settings(model, ("exact", "ridge"), 10, 3, 5) == (10, 3, 5)
     bare = _gguf_with(tmp_path / "bare.gguf")
-    assert bench._resolve(bare, ("exact", "identity"), 12, None, None) == (12, 4, 1024)
+    assert bench.fill_settings(bare, ("exact", "identity"), 12, None, None) == (12, 4, 1024)
 
 
 def test_a_length_that_fills_nothing_is_said_loudly():

@@ -101,3 +101,33 @@ def test_fit_lambda_must_be_a_positive_finite_number(capsys):
         with pytest.raises(SystemExit):
             ap.parse_args(["fit", "b.gguf", "--lambda", bad])
         assert says in capsys.readouterr().err
+
+
+@pytest.mark.slow  # reads the model's GGUF
+def test_bench_placement_prints_each_modes_tensor_split(shared_models, capsys):
+    from ridgefill.bench import costmodel
+    from ridgefill.bench.pipeline import Fill, plan
+
+    model, _ = shared_models.random_maps("smollm2", 18, seed=0)
+    code, out, err = main(capsys, "bench", "placement", "--model", str(model.path), "--devices", "2", "--lengths", "2048",
+                          "--sinks", "4", "--tail", "512")
+    assert code == 0, err
+    sh = costmodel.Shape.from_gguf(model.path)
+    ridge = "/".join(map(str, plan(sh, 2, 2048, 512, Fill(18, 4, 512)).counts))
+    assert "llama.cpp's placement 16/15" in out and f"| 2048 | ridge | {ridge} |" in out, out
+    code, _, err = main(capsys, "bench", "placement", "--model", str(model.path), "--devices", "40")
+    assert code != 0 and "each device needs a layer" in err
+    code, _, err = main(capsys, "bench", "placement", "--model", str(model.path), "--devices", "1")
+    assert code != 0 and "two or more devices" in err
+
+
+def test_bench_ttft_tensor_split_and_warmup_options(capsys):
+    from ridgefill.cli.commands import build_parser
+
+    ap = build_parser()
+    bt = ap.parse_args(["bench", "ttft", "--model", "m.gguf"])
+    assert bt.tensor_split == "auto" and bt.warmup == "auto"
+    assert ap.parse_args(["bench", "ttft", "--model", "m.gguf", "-ts", "9/22", "--warmup", "on"]).tensor_split == "9/22"
+    with pytest.raises(SystemExit):
+        ap.parse_args(["bench", "ttft", "--model", "m.gguf", "-ts", "9/-1"])
+    assert "--tensor-split '9/-1'" in capsys.readouterr().err

@@ -98,15 +98,23 @@ def test_bench_ttft_over_rpc_reports_exact_and_ridge(maps_model):
     import subprocess
     import sys
 
-    with RpcServers(2) as rpc:
+    from ridgefill.bench import costmodel
+    from ridgefill.bench.pipeline import Placer
+
+    with RpcServers(2) as rpc:  # two fill modes and exact: the server path's llama-servers take turns on the rpc-servers
         run = subprocess.run([sys.executable, "-m", "ridgefill", "bench", "ttft", "--model", str(maps_model.path),
-                              "--lengths", "400", "--runs", "1", "--modes", "exact,ridge", "--tail", "64",
+                              "--lengths", "400", "--runs", "1", "--modes", "exact,identity,ridge", "--tail", "64",
                               "--ubatch", "64", "--rpc", rpc.endpoints, "--json", "--quiet"],
                              capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     for path, s in json.loads(run.stdout).items():
         row = s["results"][0]
         assert s["rpc"] and row["ratio_ridge"] > 0 and "332 rows filled" in row["fill_rows"]["ridge"], (path, row)
+        # each mode ran with its own planned placement (--tensor-split auto, the default), planned for 400 tokens
+        placer = Placer(costmodel.Shape.from_gguf(maps_model.path), 2, 64, SPLIT, s["sinks"], 64)
+        assert row["placement"] == {m: "-ts " + "/".join(map(str, placer.counts(m, 400)))
+                                    for m in ("exact", "identity", "ridge")}, (path, row["placement"])
+        assert row["placement"]["exact"] != row["placement"]["ridge"] and row["pipeline_bound_ridge"] > 1
 
 
 def test_an_rpc_endpoint_nobody_listens_on_is_a_clear_error(smollm2_path):

@@ -98,7 +98,23 @@ def markdown(summary: dict) -> str:
         cells = [str(r["n_tokens"])] + [f"{r['median_ms'][m]:.0f}" for m in modes]
         cells += [_ratio_cell(r, m) for m in fills]
         lines.append("| " + " | ".join(cells) + " |")
-    return title + "\n\n" + "\n".join(lines) + _routing_table(summary)
+    return title + "\n\n" + "\n".join(lines) + _routing_table(summary) + _placement_table(summary)
+
+
+def _placement_table(summary: dict) -> str:
+    """Pipelined over several devices (bench/pipeline.py): each mode's -ts and the bound at those placements."""
+    rows = [r for r in summary["results"] if any(k.startswith("pipeline_bound_") for k in r)]
+    if not rows:
+        return ""
+    fills = [m for m in summary["modes"] if m != "exact"]
+    lines = ["| tokens | " + " | ".join(f"{m} -ts" for m in summary["modes"]) + " | " +
+             " | ".join(f"{m}: pipelined bound / of it" for m in fills) + " |",
+             "|" + " --- |" * (1 + len(summary["modes"]) + len(fills))]
+    for r in rows:
+        cells = [str(r["n_tokens"])] + [r["placement"][m].removeprefix("-ts ") or "llama.cpp's" for m in summary["modes"]]
+        cells += [f"{r[f'pipeline_bound_{m}']:.2f}x / {100 * r[f'ratio_{m}'] / r[f'pipeline_bound_{m}']:.0f}%" for m in fills]
+        lines.append("| " + " | ".join(cells) + " |")
+    return f"\n\nlayers per device, pipelined (--tensor-split {summary.get('tensor_split')})\n\n" + "\n".join(lines)
 
 
 def _routing_table(summary: dict) -> str:

@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import costmodel
+from .pipeline import Placer, annotate
 from .. import format as fmt
 from ..errors import RidgefillError
 from ..fit.route import parse_mode
 from ..runtime.split_prefill import nothing_filled
 from ..paths import tool_path
-from ..serve.server import LlamaServer, ridgefill_flags, ttft_ms
+from ..serve.server import LlamaServer, ServerPool, ridgefill_flags, ttft_ms
 from .report import LengthResult, summarize
 
 if TYPE_CHECKING:
@@ -38,10 +39,12 @@ class BenchError(RidgefillError, RuntimeError):
 
 def run_llama_bench(model: str, n_tokens: int, mode: str, threads: int, batch: int, ubatch: int,
                     split: int | None, sinks: int, tail: int, flash_attn: str = "on", tool: str | None = None,
-                    extra_args: tuple = ()) -> tuple[float, float, str]:
-    """One timed prompt; returns (milliseconds, peak RSS in MB, fill report line)."""
+                    extra_args: tuple = (), warmup: bool = False) -> tuple[float, float, str]:
+    """One timed prompt (after one untimed run of it with `warmup`); returns (milliseconds, peak RSS in MB,
+    fill report line)."""
     cmd = [str(tool or tool_path("llama-bench")), *extra_args, "-m", str(model), "-p", str(n_tokens), "-n", "0", "-r", "1",
-           "--no-warmup", "-t", str(threads), "-b", str(batch), "-ub", str(ubatch), "-fa", flash_attn, "-o", "json"]
+           *([] if warmup else ["--no-warmup"]), "-t", str(threads), "-b", str(batch), "-ub", str(ubatch), "-fa", flash_attn,
+           "-o", "json"]
     cmd += ridgefill_flags(mode, split, sinks, tail)
     with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
         proc = subprocess.Popen(cmd, stdout=fo, stderr=fe)
@@ -72,20 +75,24 @@ def round_order(modes, i: int) -> list:
 def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identity", "ridge"), threads: int = 2,
          sinks: int | None = None, tail: int | None = None, split: int | None = None, batch: int = 2048,
          ubatch: int = 512, progress=print, tool: str | None = None, extra_args: tuple = (), rpc: str | None = None,
-         ngl: int = -1) -> dict:
+         ngl: int = -1, tensor_split: str = "auto", warmup: bool | None = None) -> dict:
     """TTFT through llama-bench; `tool`/`extra_args`: another build of it (CUDA) and its flags;
-    `rpc`: 'host:port,...' of ggml-rpc-servers; `ngl`: layers on the GPU or RPC devices (-1: all of them)."""
+    `rpc`: 'host:port,...' of ggml-rpc-servers; `ngl`: layers on the GPU or RPC devices (-1: all of them);
+    `tensor_split`: where a pipelined run puts the layers (pipeline.Placer); `warmup`: run each process's
+    prompt once untimed first (None: where layers are on devices, see _warm)."""
     extra_args = (*extra_args, *_placement(rpc, ngl))
-    split, sinks, tail = _resolve(model, modes, split, sinks, tail)
+    split, sinks, tail = fill_settings(model, modes, split, sinks, tail)
     _warn_unfilled(lengths, modes, sinks, tail, progress)
     shape = costmodel.Shape.from_gguf(model)
+    placer = _placer(model, shape, rpc, ngl, tool, tensor_split, ubatch, split, sinks, tail)
+    warm = _warm(warmup, placer, ngl, tool)
     results = []
     for n in lengths:
         r = LengthResult(n, {mode: [] for mode in modes})
         for i in range(runs):
             for mode in round_order(modes, i):
                 ms, rss, report = run_llama_bench(model, n, mode, threads, batch, ubatch, split, sinks, tail,
-                                                  tool=tool, extra_args=extra_args)
+                                                  tool=tool, extra_args=(*extra_args, *placer.flags(mode, n)), warmup=warm)
                 r.ms[mode].append(ms)
                 r.peak_rss_mb[mode] = max(r.peak_rss_mb.get(mode, 0.0), rss)
                 if report:
@@ -95,8 +102,27 @@ def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identit
     out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(model), lagged_maps(model))
     out["path"] = "llama-bench"
     out["round_order"] = "alternating"
-    out["rpc"], out["ngl"] = rpc, ngl
-    return out
+    out["rpc"], out["ngl"], out["warmup"] = rpc, ngl, warm
+    return annotate(out, placer, modes, lambda n: n)
+
+
+def _warm(warmup: bool | None, placer: Placer, ngl: int, tool: str | None) -> bool:
+    """By default a device run is timed warm: a process's first prompt on a device pays once what a serving
+    process has paid long before (over RPC, a remote query per new ubatch shape that waits behind the server's
+    queue; on a GPU, kernel and library set-up). On the CPU a first prompt costs what later ones do."""
+    if warmup is not None:
+        return warmup
+    return ngl != 0 and (placer.n_devices > 0 or tool is not None)
+
+
+def _placer(model, shape, rpc, ngl, tool, tensor_split, ubatch, split, sinks, tail) -> Placer:
+    """Devices: the rpc-servers, and this build's GPUs when measuring with it (another build's are not known)."""
+    n_devices = len([e for e in (rpc or "").split(",") if e.strip()])
+    if tool is None:
+        from ..runtime import devices
+
+        n_devices += sum(1 for _, _, kind in devices() if kind != "cpu")
+    return Placer(shape, n_devices, ubatch, split, sinks, tail, lagged_maps(model), tensor_split, ngl)
 
 
 def _prose_tokens(m: Model) -> np.ndarray:
@@ -124,14 +150,6 @@ def _server_args(mode: str, split, sinks, tail, batch, ubatch, rpc: str | None =
             *ridgefill_flags(mode, split, sinks, tail)]
 
 
-def _peak_rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def check_server_lengths(m, lengths: list[int]) -> None:
     """llama-server caps a slot's context at the training context, and a prompt must leave it a row."""
     too_long = [n for n in lengths if n >= m.n_ctx_train]
@@ -142,29 +160,37 @@ def check_server_lengths(m, lengths: list[int]) -> None:
 
 def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identity", "ridge"),
                 threads: int = 2, sinks: int | None = None, tail: int | None = None, split: int | None = None,
-                batch: int = 2048, ubatch: int = 512, progress=print, rpc: str | None = None, ngl: int = -1) -> dict:
+                batch: int = 2048, ubatch: int = 512, progress=print, rpc: str | None = None, ngl: int = -1,
+                tensor_split: str = "auto", warmup: bool | None = None) -> dict:
     """TTFT through llama-server (server.ttft_ms): wall time of a 1-token completion of a fresh N-token prompt;
-    `rpc` and `ngl` as in ttft()."""
+    `rpc`, `ngl`, `tensor_split` and `warmup` (an untimed request when a server starts) as in ttft(). Pipelined, every mode has its own server, its layers placed
+    for the longest prompt; otherwise exact requests go to a fill server through the per-request override.
+    Over rpc-servers (one client at a time) one llama-server runs at a time: the mode's, started when it is due."""
     from ..runtime import Model
 
     m = Model(model, n_gpu_layers=0)  # its tokenizer and training context only
     check_server_lengths(m, lengths)
-    split, sinks, tail = _resolve(model, modes, split, sinks, tail)
+    split, sinks, tail = fill_settings(model, modes, split, sinks, tail)
     _warn_unfilled(lengths, modes, sinks, tail, progress)
-    fill_modes = [x for x in modes if x != "exact"] or ["exact"]
-    servers = {x: LlamaServer(model, _server_args(x, split, sinks, tail, batch, ubatch, rpc, ngl), ctx=max(lengths) + 64,
-                              threads=threads) for x in fill_modes}
-    serve = lambda mode: servers.get(mode, servers[fill_modes[0]])  # noqa: E731
+    shape = costmodel.Shape.from_gguf(model)
+    placer = _placer(model, shape, rpc, ngl, None, tensor_split, ubatch, split, sinks, tail)
+    longest = max(lengths)
+    fill_modes = list(modes) if placer.active else [x for x in modes if x != "exact"] or ["exact"]
+    pool = ServerPool({x: LlamaServer(model, _server_args(x, split, sinks, tail, batch, ubatch, rpc, ngl) +
+                                      placer.flags(x, longest), ctx=longest + 64, threads=threads) for x in fill_modes},
+                      exclusive=bool(rpc))
+    server_of = lambda mode: mode if mode in fill_modes else fill_modes[0]  # noqa: E731
+    warm = _warm(warmup, placer, ngl, None)
+    first = lambda mode, n: (lambda srv: ttft_ms(srv, _server_prompt(m, prose, n, -1), mode)) if warm else None  # noqa: E731
     prose = _prose_tokens(m)
     results = []
-    try:
-        for srv in servers.values():
-            srv.start()
+    with pool:
         for n in lengths:
             r = LengthResult(n, {mode: [] for mode in modes})
             for i in range(runs):
                 for j, mode in enumerate(round_order(modes, i)):
-                    ms, res = ttft_ms(serve(mode), _server_prompt(m, prose, n, i * len(modes) + j), mode)
+                    srv = pool.get(server_of(mode), on_start=first(mode, n))
+                    ms, res = ttft_ms(srv, _server_prompt(m, prose, n, i * len(modes) + j), mode)
                     t = res["timings"]
                     if t["prompt_n"] != n:
                         raise BenchError(f"llama-server evaluated {t['prompt_n']} prompt tokens, not {n}")
@@ -172,20 +198,16 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
                     if mode != "exact":
                         r.rows[mode] = f"{t.get('ridgefill_filled_n', 0)} rows filled, {t.get('ridgefill_full_n', 0)} full"
                     progress(f"  llama-server {n} tokens, run {i + 1}/{runs}, {mode}: {ms:.0f} ms")
-            r.peak_rss_mb = {mode: _peak_rss_mb(serve(mode).proc.pid) for mode in modes}
+            r.peak_rss_mb = {mode: pool.peak_rss_mb(server_of(mode)) for mode in modes}
             results.append(r)
-    finally:
-        for srv in servers.values():
-            srv.stop()
-    out = summarize(model, results, costmodel.Shape.from_gguf(model), split, sinks, tail, threads, modes,
-                    map_bytes(model), lagged_maps(model))
+    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(model), lagged_maps(model))
     out["path"] = "llama-server"
     out["round_order"] = "alternating"
-    out["rpc"], out["ngl"] = rpc, ngl
-    return out
+    out["rpc"], out["ngl"], out["warmup"] = rpc, ngl, warm
+    return annotate(out, placer, modes, lambda n: longest)
 
 
-def _resolve(model, modes, split, sinks, tail):
+def fill_settings(model, modes, split, sinks, tail):
     """Split, sinks and tail: the arguments, else the GGUF's ridgefill.* metadata, else llama.cpp's defaults."""
     from ..format.gguf_io import field, open_gguf
 
@@ -208,8 +230,6 @@ def _warn_unfilled(lengths, modes, sinks: int, tail: int, progress) -> None:
             warning = nothing_filled(n, sinks, tail)
             if warning:
                 progress(warning)
-
-
 
 
 def map_bytes(model) -> int:

@@ -96,3 +96,22 @@ def add_gpu_layers(p: argparse.ArgumentParser, *aliases: str) -> argparse.Action
     return p.add_argument("-ngl", "--n-gpu-layers", *aliases, dest="n_gpu_layers", type=gpu_layers, default=-1,
                           metavar="N", help="layers on the GPU or RPC devices (default -1: every layer, as llama.cpp's "
                                             "tools; 0: CPU only). A CPU-only build has no devices")
+
+
+def tensor_split(text: str) -> str:
+    """-ts: auto, even, or llama.cpp's layer shares per device (bench.pipeline.parse_tensor_split)."""
+    from ..bench.pipeline import parse_tensor_split
+    from ..errors import InputError
+
+    try:
+        return parse_tensor_split(text)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_tensor_split(p: argparse.ArgumentParser) -> argparse.Action:
+    """-ts/--tensor-split of a command that measures prefill over several devices."""
+    return p.add_argument("-ts", "--tensor-split", type=tensor_split, default="auto", metavar="auto|even|N/M/..",
+                          help="layers per device when the prefill is pipelined (every layer on more than one device): "
+                               "auto (default) places each mode's layers so that the devices share its work evenly, "
+                               "even keeps llama.cpp's placement by free memory, N/M/.. is passed on as llama.cpp's -ts")

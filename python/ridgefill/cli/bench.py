@@ -6,7 +6,7 @@ import json
 import sys
 
 from ..sources import models
-from .args import add_gpu_layers, list_option, mode
+from .args import add_gpu_layers, add_tensor_split, list_option, mode
 
 def _cmd_bench_ttft(args) -> int:
     from ..bench import ttft as bench, report as ttft_report
@@ -21,7 +21,8 @@ def _cmd_bench_ttft(args) -> int:
     for path in args.paths:
         s = run[path](args.model, args.lengths, runs=args.runs, modes=tuple(args.modes), threads=args.threads,
                       sinks=args.sinks, tail=args.tail, split=args.split, batch=args.batch, ubatch=args.ubatch,
-                      progress=log, rpc=args.rpc, ngl=args.n_gpu_layers)
+                      progress=log, rpc=args.rpc, ngl=args.n_gpu_layers, tensor_split=args.tensor_split,
+                      warmup={"auto": None, "on": True, "off": False}[args.warmup])
         summaries[s["path"]] = s
     if args.json_out:
         from pathlib import Path
@@ -87,6 +88,30 @@ def _cmd_bench_fit(args) -> int:
     return 0
 
 
+def _cmd_bench_placement(args) -> int:
+    from ..bench import costmodel, ttft as bench
+    from ..bench.pipeline import Placer, even
+    from ..errors import InputError
+
+    if args.devices < 2:
+        raise InputError(f"--devices {args.devices}: a prefill is pipelined over two or more devices")
+    split, sinks, tail = bench.fill_settings(args.model, args.modes, args.split, args.sinks, args.tail)
+    shape = costmodel.Shape.from_gguf(args.model)
+    lagged = bench.lagged_maps(args.model)
+    auto = Placer(shape, args.devices, args.ubatch, split, sinks, tail, lagged)
+    stock = Placer(shape, args.devices, args.ubatch, split, sinks, tail, lagged, "even")
+    print(f"{args.model}: {shape.n_layer} layers + output on {args.devices} equal devices, every layer offloaded, "
+          f"ubatch {args.ubatch}; split {split}, sinks {sinks}, tail {tail}; llama.cpp's placement "
+          f"{'/'.join(map(str, even(shape.n_layer + 1, args.devices)))}\n")
+    print("| tokens | mode | -ts | speed-up over exact, pipelined: at -ts / llama.cpp's placement | one device |")
+    print("| --- | --- | --- | --- | --- |")
+    for n in args.lengths:
+        for m in args.modes:
+            print(f"| {n} | {m} | {'/'.join(map(str, auto.counts(m, n)))} | {auto.bound(m, n):.2f}x / "
+                  f"{stock.bound(m, n):.2f}x | {auto.one_device_bound(m, n):.2f}x |")
+    return 0
+
+
 def add_commands(sub) -> None:
     bp = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_cmd", required=True)
     bs = bp.add_parser("soak", help="a 4-slot llama-server under mixed exact/fill requests, against stock (exit 1 on "
@@ -123,8 +148,24 @@ def add_commands(sub) -> None:
     bt.add_argument("--rpc", metavar="HOST:PORT,...", help="register these ggml-rpc-servers as devices (with the default "
                                                               "-ngl, every layer goes there)")
     add_gpu_layers(bt)
+    add_tensor_split(bt)
+    bt.add_argument("--warmup", choices=("auto", "on", "off"), default="auto",
+                    help="run each prompt once untimed before timing it (auto: when layers are on GPU or RPC devices, "
+                         "whose first prompt in a process pays set-up a serving process has long paid)")
     bt.add_argument("--quiet", action="store_true")
     bt.set_defaults(func=_cmd_bench_ttft)
+
+    bl = bp.add_parser("placement", help="layers per device (llama.cpp's -ts) for a prefill pipelined over several "
+                                         "devices, and the speed-up the cost model gives each mode there")
+    bl.add_argument("--model", required=True)
+    bl.add_argument("--devices", type=int, required=True, help="equal devices holding every layer (rpc-servers, GPUs)")
+    list_option(bl, "--lengths", int, default=[4096])
+    list_option(bl, "--modes", mode, default=["exact", "ridge"])
+    bl.add_argument("--split", type=int, default=None, help="default: the model's ridgefill.split_layer")
+    bl.add_argument("--sinks", type=int, default=None)
+    bl.add_argument("--tail", type=int, default=None)
+    bl.add_argument("--ubatch", type=int, default=512)
+    bl.set_defaults(func=_cmd_bench_placement)
 
     br = bp.add_parser("report", help="tables (and a plot) again from saved `bench ttft --json-out` files")
     br.add_argument("files", nargs="+", metavar="JSON")

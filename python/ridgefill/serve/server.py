@@ -128,6 +128,54 @@ def ttft_ms(srv: LlamaServer, prompt: list[int], mode: str) -> tuple[float, dict
     return 1000 * (time.perf_counter() - t0), res
 
 
+class ServerPool:
+    """llama-servers by name, started on first use. `exclusive`: at most one runs at a time (an rpc-server
+    serves one client at a time, so servers that share rpc-servers take turns); each one's peak RSS is kept."""
+
+    def __init__(self, servers: dict[str, LlamaServer], exclusive: bool = False):
+        self.servers, self.exclusive = servers, exclusive
+        self._peak_mb = dict.fromkeys(servers, 0.0)
+
+    def get(self, name: str, on_start=None) -> LlamaServer:
+        """The running server `name`; `on_start(server)` runs once it has (re)started."""
+        srv = self.servers[name]
+        if not srv.alive():
+            if self.exclusive:
+                self._stop(lambda other: other != name)
+            srv.start()
+            if on_start:
+                on_start(srv)
+        return srv
+
+    def peak_rss_mb(self, name: str) -> float:
+        srv = self.servers[name]
+        return max(self._peak_mb[name], _vm_hwm_mb(srv.proc.pid) if srv.alive() else 0.0)
+
+    def stop(self) -> None:
+        self._stop(lambda _: True)
+
+    def _stop(self, which) -> None:
+        for name, srv in self.servers.items():
+            if which(name) and srv.alive():
+                self._peak_mb[name] = self.peak_rss_mb(name)
+                srv.stop()
+
+    def __enter__(self) -> "ServerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _vm_hwm_mb(pid: int) -> float:
+    """A live process's peak resident memory."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 class RpcServers:
     """`with RpcServers(2) as rpc: LlamaServer(model, ["--rpc", rpc.endpoints, "-ngl", "99"])`: ggml-rpc-server
     processes on loopback (never expose one to a network: the RPC protocol has no authentication)."""
