@@ -2,6 +2,8 @@
 # TTFT exact vs split prefill on one GPU: the fork built with CUDA, synthetic shapes of the seed's
 # Qwen3.8-27B (qwen35 hybrid) and of llama-3.1-8b (random Q8_0 weights, identity maps at split L/2),
 # 16K-120K prompts, tail 2048; the 27B shape first, so a call that runs out of time has measured it.
+# Device runs are timed warm (bench ttft --warmup auto: each prompt once untimed first), so a length takes
+# about twice its TTFTs; RF_DEADLINE_S cuts the lengths that would not fit.
 #
 #   bench/gpu.sh pack        here: write build/gpu-carry (trimmed patched tree, tokenizer, gguf wheel)
 #   bench/gpu.sh run         on the GPU machine, with build/gpu-carry carried: build + generate + measure
