@@ -6,7 +6,7 @@ works on ubatch k-1, so the prefill takes about as long as its busiest device (a
 loader places layers by free memory, evenly between equal devices, which suits the exact prefill,
 where every layer costs about the same. A fill makes the late layers cheap: the device that holds
 them idles while the one with the lower layers sets the pace, and on two rpc-servers the fill's
-speed-up was gone (1.00x). Balancing each device's share of the filled prefill restores it.
+speed-up was gone (0.96-1.03x). Balancing each device's share of the filled prefill restores it.
 
 The placement is passed to llama.cpp as `-ts` with one layer count per device (output layer
 included): the loader's split points are then exactly these counts.
@@ -47,7 +47,9 @@ class Placement:
 
 
 def ubatch_costs(sh: Shape, n: int, ubatch: int, fill: Fill) -> list[list[float]]:
-    """Per ubatch, per layer (the output layer last, costed 0: a prefill's one logits row), multiply-adds."""
+    """Per ubatch, per layer (the output layer last, costed 0: a prefill's one logits row), multiply-adds.
+    Ubatches are cut every `ubatch` rows from row 0; the fork also cuts where the sinks and the tail begin,
+    which moves work between neighbouring ubatches and is left out."""
     return [layer_costs(sh, lo, min(lo + ubatch, n), fill.split, fill.sinks, fill.tail, fill.with_map, fill.route,
                         fill.lagged, n=n) + [0.0] for lo in range(0, n, ubatch)]
 
