@@ -5,16 +5,8 @@
 #
 #   sudo experiments/rpc-pipeline/shaped.sh [MODEL [LENGTHS [RUNS [RATE]]]]    # RATE default 1gbit
 set -euo pipefail
-here="$(cd "$(dirname "$0")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
-py="$repo/.venv/bin/python"
-model="${1:-$("$py" -c 'from ridgefill import demo; from ridgefill.sources import models
-print(demo.demo_fit(models.fetch_model(models.DEFAULT_MODEL), None)[0])')}"
-lengths="${2:-2048 4096}"
-runs="${3:-5}"
+source "$(dirname "$0")/common.sh"
 rate="${4:-1gbit}"
-out="${RF_OUT:-$here/results}"
-mkdir -p "$out"
 shape_link() {  # $1 = device, [$2 = namespace]
     local run=(); [ -n "${2:-}" ] && run=(ip netns exec "$2")
     "${run[@]}" tc qdisc add dev "$1" root tbf rate "$rate" burst 256kb latency 50ms
@@ -39,8 +31,6 @@ for i in 1 2; do
     endpoints+=("10.77.$i.2:50400")
 done
 sleep 2
-"$repo/.venv/bin/ridgefill" bench ttft --model "$model" --lengths $lengths --runs "$runs" --modes exact ridge --threads 1 \
-    --sinks 4 --tail 512 --ubatch 512 --paths bench --warmup "${RF_WARMUP:-on}" --rpc "$(IFS=,; echo "${endpoints[*]}")" -ts auto \
-    --json-out "$out/shaped-auto.json"
+"${ttft[@]}" --rpc "$(IFS=,; echo "${endpoints[*]}")" -ts auto --json-out "$out/shaped-auto.json"
 tc -s qdisc show dev rfh1 | head -3
 "$py" "$here/summary.py" "$out"
