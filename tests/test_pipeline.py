@@ -87,6 +87,9 @@ def test_plan_refuses_impossible_requests():
         pipeline.plan(SH, 32, 2048, 512)
     with pytest.raises(InputError, match="must be positive"):
         pipeline.plan(SH, 2, 0, 512)
+    for bad in (Fill(split=30), Fill(split=-1), Fill(split=18, sinks=-4), Fill(split=18, tail=-1)):
+        with pytest.raises(InputError, match="need 0 <= split < 30"):
+            pipeline.plan(SH, 2, 2048, 512, bad)
 
 
 def test_device_runs_are_timed_warm_by_default():

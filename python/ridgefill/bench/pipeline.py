@@ -79,6 +79,9 @@ def plan(sh: Shape, n_devices: int, n: int, ubatch: int, fill: Fill = Fill()) ->
         raise InputError(f"{n_devices} devices for {units} layers: each device needs a layer")
     if n < 1 or ubatch < 1:
         raise InputError(f"prompt of {n} tokens in ubatches of {ubatch}: both must be positive")
+    if fill.split is not None and not (0 <= fill.split < sh.n_layer and fill.sinks >= 0 and fill.tail >= 0):
+        raise InputError(f"split {fill.split}, sinks {fill.sinks}, tail {fill.tail}: need 0 <= split < "
+                         f"{sh.n_layer} and sinks, tail >= 0")
     costs = ubatch_costs(sh, n, ubatch, fill)
     if math.comb(units - 1, n_devices - 1) <= EXHAUSTIVE_LIMIT:
         candidates = (_counts(cut, units) for cut in itertools.combinations(range(1, units), n_devices - 1))

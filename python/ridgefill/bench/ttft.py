@@ -163,9 +163,10 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
                 batch: int = 2048, ubatch: int = 512, progress=print, rpc: str | None = None, ngl: int = -1,
                 tensor_split: str = "auto", warmup: bool | None = None) -> dict:
     """TTFT through llama-server (server.ttft_ms): wall time of a 1-token completion of a fresh N-token prompt;
-    `rpc`, `ngl`, `tensor_split` and `warmup` (an untimed request when a server starts) as in ttft(). Pipelined, every mode has its own server, its layers placed
-    for the longest prompt; otherwise exact requests go to a fill server through the per-request override.
-    Over rpc-servers (one client at a time) one llama-server runs at a time: the mode's, started when it is due."""
+    `rpc`, `ngl`, `tensor_split` and `warmup` (an untimed request when a server starts) as in ttft().
+    Pipelined, every mode has its own server, its layers placed for the longest prompt; otherwise exact
+    requests go to a fill server through the per-request override. Over rpc-servers (one client at a
+    time) one llama-server runs at a time: the mode's, started when it is due."""
     from ..runtime import Model
 
     m = Model(model, n_gpu_layers=0)  # its tokenizer and training context only
