@@ -42,8 +42,12 @@ class Placement:
 
     @property
     def tensor_split(self) -> str:
-        """llama.cpp's -ts value for this placement."""
-        return "/".join(str(c) for c in self.counts)
+        return tensor_split_of(self.counts)
+
+
+def tensor_split_of(counts) -> str:
+    """llama.cpp's -ts value for these layer counts."""
+    return "/".join(map(str, counts))
 
 
 def ubatch_costs(sh: Shape, n: int, ubatch: int, fill: Fill) -> list[list[float]]:
@@ -202,7 +206,7 @@ class Placer:
         if self.tensor_split not in ("auto", "even"):
             return ["-ts", self.tensor_split]
         counts = self.counts(mode, n) if self.tensor_split == "auto" else None
-        return ["-ts", "/".join(map(str, counts))] if counts else []
+        return ["-ts", tensor_split_of(counts)] if counts else []
 
     def bound(self, mode: str, n: int, planned_at: int | None = None) -> float | None:
         """exact's pipelined multiply-adds over the mode's for an n-token prompt, each at the placement it runs

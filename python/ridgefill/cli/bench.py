@@ -90,7 +90,7 @@ def _cmd_bench_fit(args) -> int:
 
 def _cmd_bench_placement(args) -> int:
     from ..bench import costmodel, ttft as bench
-    from ..bench.pipeline import Placer, even
+    from ..bench.pipeline import Placer, even, tensor_split_of
     from ..errors import InputError
 
     if args.devices < 2:
@@ -102,12 +102,12 @@ def _cmd_bench_placement(args) -> int:
     stock = Placer(shape, args.devices, args.ubatch, split, sinks, tail, lagged, "even")
     print(f"{args.model}: {shape.n_layer} layers + output on {args.devices} equal devices, every layer offloaded, "
           f"ubatch {args.ubatch}; split {split}, sinks {sinks}, tail {tail}; llama.cpp's placement "
-          f"{'/'.join(map(str, even(shape.n_layer + 1, args.devices)))}\n")
+          f"{tensor_split_of(even(shape.n_layer + 1, args.devices))}\n")
     print("| tokens | mode | -ts | speed-up over exact, pipelined: at -ts / llama.cpp's placement | one device |")
     print("| --- | --- | --- | --- | --- |")
     for n in args.lengths:
         for m in args.modes:
-            print(f"| {n} | {m} | {'/'.join(map(str, auto.counts(m, n)))} | {auto.bound(m, n):.2f}x / "
+            print(f"| {n} | {m} | {tensor_split_of(auto.counts(m, n))} | {auto.bound(m, n):.2f}x / "
                   f"{stock.bound(m, n):.2f}x | {auto.one_device_bound(m, n):.2f}x |")
     return 0
 
