@@ -68,7 +68,7 @@ def ridge(xtr, ytr, xho, yho) -> tuple[np.ndarray, np.ndarray, float]:
 
 @dataclass
 class AttnKV:
-    """One layer's K/V projections as llama.cpp computes them for the cache (llama arch, f32 here)."""
+    """One layer's K/V projections as llama.cpp computes them for the cache (llama and qwen2 archs, f32 here)."""
 
     norm: np.ndarray
     wk: np.ndarray  # (d, n_head_kv * head_dim)
@@ -76,24 +76,31 @@ class AttnKV:
     eps: float
     head_dim: int
     freq_base: float
+    bk: np.ndarray | float = 0.0  # qwen2's K/V biases
+    bv: np.ndarray | float = 0.0
+    neox: bool = False  # qwen2 rotates the halves (LLAMA_ROPE_TYPE_NEOX), llama adjacent pairs
 
     def __call__(self, h: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         hn = self.normed(h)
-        k, v = hn @ self.wk, hn @ self.wv
-        return rope_norm(k.reshape(len(h), -1, self.head_dim), pos, self.freq_base).reshape(k.shape), v
+        k, v = hn @ self.wk + self.bk, hn @ self.wv + self.bv
+        rope = rope_neox if self.neox else rope_norm
+        return rope(k.reshape(len(h), -1, self.head_dim), pos, self.freq_base).reshape(k.shape), v
 
     def normed(self, h: np.ndarray) -> np.ndarray:
         return h / np.sqrt((h.astype(np.float64) ** 2).mean(1, keepdims=True) + self.eps) * self.norm
 
     def values(self, h: np.ndarray) -> np.ndarray:
-        return self.normed(h) @ self.wv
+        return self.normed(h) @ self.wv + self.bv
+
+
+def _angles(pos: np.ndarray, dim: int, base: float):
+    theta = pos[:, None].astype(np.float64) * base ** (-np.arange(0, dim, 2) / dim)[None, :]
+    return np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
 
 
 def rope_norm(x: np.ndarray, pos: np.ndarray, base: float) -> np.ndarray:
     """llama.cpp's LLAMA_ROPE_TYPE_NORM: rotate adjacent pairs (x[2i], x[2i+1]) by pos·base^(-2i/dim)."""
-    dim = x.shape[-1]
-    theta = pos[:, None].astype(np.float64) * base ** (-np.arange(0, dim, 2) / dim)[None, :]
-    c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    c, s = _angles(pos, x.shape[-1], base)
     x0, x1 = x[..., 0::2], x[..., 1::2]
     out = np.empty_like(x, dtype=np.float64)
     out[..., 0::2] = x0 * c - x1 * s
@@ -101,17 +108,33 @@ def rope_norm(x: np.ndarray, pos: np.ndarray, base: float) -> np.ndarray:
     return out
 
 
+def rope_neox(x: np.ndarray, pos: np.ndarray, base: float) -> np.ndarray:
+    """LLAMA_ROPE_TYPE_NEOX: rotate the pairs (x[i], x[i + dim/2]) by pos·base^(-2i/dim)."""
+    half = x.shape[-1] // 2
+    c, s = _angles(pos, x.shape[-1], base)
+    x0, x1 = x[..., :half], x[..., half:]
+    return np.concatenate([x0 * c - x1 * s, x0 * s + x1 * c], axis=-1)
+
+
 def attn_kv(gguf_path, layers) -> dict[int, AttnKV]:
     r = gguf.GGUFReader(gguf_path)
-    field = lambda k: float(r.fields[k].parts[-1][0])
+    arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+    field = lambda k: float(r.fields[f"{arch}.{k}"].parts[-1][0])
     t = {x.name: x for x in r.tensors}
 
     def mat(name):
         x = t[name]
         return gguf.quants.dequantize(x.data, x.tensor_type).reshape(int(x.shape[1]), int(x.shape[0])).T
 
-    head_dim = int(field("llama.rope.dimension_count"))
+    def vec(name):
+        return np.asarray(t[name].data, np.float32) if name in t else 0.0
+
+    if f"{arch}.rope.dimension_count" in r.fields:
+        head_dim = int(field("rope.dimension_count"))
+    else:
+        head_dim = int(field("embedding_length")) // int(field("attention.head_count"))
     return {il: AttnKV(np.asarray(t[f"blk.{il}.attn_norm.weight"].data, np.float32), mat(f"blk.{il}.attn_k.weight"),
-                       mat(f"blk.{il}.attn_v.weight"), field("llama.attention.layer_norm_rms_epsilon"), head_dim,
-                       field("llama.rope.freq_base"))
+                       mat(f"blk.{il}.attn_v.weight"), field("attention.layer_norm_rms_epsilon"), head_dim,
+                       field("rope.freq_base"), vec(f"blk.{il}.attn_k.bias"), vec(f"blk.{il}.attn_v.bias"),
+                       neox=arch != "llama")
             for il in layers}
