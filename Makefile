@@ -16,7 +16,7 @@ $(shell mkdir -p $(VENV) && find python/ridgefill -name '*.py' | LC_ALL=C sort >
 BUILD_INPUTS := pyproject.toml CMakeLists.txt $(wildcard cpp/*) $(wildcard ggml-patches/*.patch) \
   $(wildcard python/ridgefill/upstream/*.py) $(MODULES)
 
-.PHONY: setup deps test test-fast demo patches-apply patches-export check-series clean setup-vulkan test-vulkan
+.PHONY: setup deps test test-fast demo patches-apply patches-export check-series clean setup-vulkan test-vulkan setup-cuda
 
 all: setup
 
@@ -68,21 +68,27 @@ check-series: setup
 	$(PY) -m pytest -q -m "not slow"; \
 	echo "check-series: $$(( $$(date +%s) - start )) s"
 
-# The same package built with llama.cpp's Vulkan backend, in its own venv and build folder, to run the fill,
-# routing and lag graphs on a GPU-style backend: Mesa's software driver (lavapipe) where there is no GPU.
+# A variant of the package in its own venv and build folder: $(1) venv, $(2) build folder, $(3) packages
+# its build needs, $(4) shell words run first in the build's shell, $(5) pip -C settings.
+define install-variant
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install -q --disable-pip-version-check scikit-build-core==0.11.6 pybind11==3.0.1 ninja $(3)
+	@start=$$(date +%s); $(4) \
+	rm -f $(1)/lib/python*/site-packages/_ridgefill_editable.pth; \
+	$(1)/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation \
+	  -C build-dir=$(2) $(5) -e ".[test]"; \
+	echo "$(1): build + install took $$(( $$(date +%s) - start )) s"
+	touch $(1)/.installed
+endef
+
+# The same package built with llama.cpp's Vulkan backend, to run the fill, routing and lag graphs on a
+# GPU-style backend: Mesa's software driver (lavapipe) where there is no GPU.
 # Not part of `make test` (a cold build took 39 min on 2 cores beside other work; docs/backend-ops.md).
 VK_VENV := .venv-vulkan
 VK_PKGS := mesa-vulkan-drivers glslc libvulkan-dev spirv-headers
 $(VK_VENV)/.installed: $(BUILD_INPUTS)
 	@dpkg -s $(VK_PKGS) >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q $(VK_PKGS); }
-	$(PYTHON) -m venv $(VK_VENV)
-	$(VK_VENV)/bin/python -m pip install -q --disable-pip-version-check scikit-build-core==0.11.6 pybind11==3.0.1 ninja
-	@start=$$(date +%s); \
-	rm -f $(VK_VENV)/lib/python*/site-packages/_ridgefill_editable.pth; \
-	$(VK_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation \
-	  -C build-dir=build/vulkan -C cmake.define.GGML_VULKAN=ON -e ".[test]"; \
-	echo "setup-vulkan: build + install took $$(( $$(date +%s) - start )) s"
-	touch $@
+	$(call install-variant,$(VK_VENV),build/vulkan,,,-C cmake.define.GGML_VULKAN=ON)
 
 setup-vulkan: $(VK_VENV)/.installed
 
@@ -92,5 +98,23 @@ test-vulkan: setup-vulkan
 	GGML_VK_VISIBLE_DEVICES=$${GGML_VK_VISIBLE_DEVICES-0} XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR-/tmp} \
 	  $(VK_VENV)/bin/python -m pytest -q -rs -m vulkan $(PYTEST_ARGS)
 
+# The same package built with CUDA for sm_80 and sm_90 (A100, H100/H200), with nvcc, the headers and
+# the libraries from PyPI's CUDA 13 wheels (no GPU needed to compile; docs/backend-ops.md#cuda-build).
+# Not part of `make test`: a cold build took 47 min on 2 cores (docs/backend-ops.md#cuda-build).
+CU_VENV := .venv-cuda
+CU_PKGS := nvidia-cuda-nvcc==13.5.37 nvidia-cuda-crt==13.5.37 nvidia-nvvm==13.5.37 \
+  nvidia-cuda-runtime==13.5.37 nvidia-cublas==13.10.0.20 nvidia-cuda-cccl==13.3.5.0.6
+CU_ROOT  = root=$$(PYTHONPATH=python $(CU_VENV)/bin/python -m ridgefill.upstream cuda-toolkit); \
+  export CUDAToolkit_ROOT=$$root CUDACXX=$$root/bin/nvcc;
+$(CU_VENV)/.installed: $(BUILD_INPUTS)
+	$(call install-variant,$(CU_VENV),build/cuda,$(CU_PKGS),$(CU_ROOT),-C cmake.define.GGML_CUDA=ON)
+
+# Where no GPU driver is installed, the driver's stub stands in for libcuda.so.1: the tools load and find no device.
+setup-cuda: $(CU_VENV)/.installed
+	@root=$$(PYTHONPATH=python $(CU_VENV)/bin/python -m ridgefill.upstream cuda-toolkit); dir=$$(mktemp -d); \
+	ldconfig -p | grep "libcuda.so.1 " >/dev/null || ln -s $$root/lib/stubs/libcuda.so $$dir/libcuda.so.1; \
+	LD_LIBRARY_PATH=$$dir $(CU_VENV)/bin/llama-server --version 2>&1 | sed -n 1p; \
+	LD_LIBRARY_PATH=$$dir $(CU_VENV)/bin/llama-server --list-devices 2>&1 | grep -v "^Available"; rm -rf $$dir
+
 clean:
-	rm -rf build/cmake build/vulkan $(VENV) $(VK_VENV)
+	rm -rf build/cmake build/vulkan build/cuda $(VENV) $(VK_VENV) $(CU_VENV)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import RidgefillError
-from . import rebase, series_check, series_doc, tree
+from . import cuda_toolkit, rebase, series_check, series_doc, tree
 
 
 def add_commands(sub) -> None:
@@ -20,7 +20,7 @@ def add_commands(sub) -> None:
     e.add_argument("--tree", type=Path)
     sub.add_parser("status", help="is the tree in step with ggml-patches/?")
     sub.add_parser("build-commit", help="print the build identifier")
-    for module in (rebase, series_check, series_doc):
+    for module in (rebase, series_check, series_doc, cuda_toolkit):
         module.add_command(sub)
 
 
@@ -43,6 +43,8 @@ def run(args) -> int:
             return series_check.run(args)
         elif args.upstream_cmd == "series-doc":
             return series_doc.run(args)
+        elif args.upstream_cmd == "cuda-toolkit":
+            return cuda_toolkit.run(args)
     except RidgefillError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
