@@ -26,6 +26,49 @@ def prefix_rows(model, tokens, layers, threads, n_batch=512) -> dict[int, np.nda
     return {il: np.concatenate(v) for il, v in rows.items()}
 
 
+NEEDLE_TASKS = ["single/noise/number", "single/prose/number", "multivalue/noise/number", "multiquery/prose/number"]
+
+
+def add_needle_args(ap) -> None:
+    """The needle eval's items: the frontier's 24 at 4K by default, so records pair with its stores."""
+    ap.add_argument("--lengths", default="4096")
+    ap.add_argument("--items", default="6")
+    ap.add_argument("--needle-tasks", nargs="+", default=NEEDLE_TASKS)
+
+
+_prompt: tuple[bytes, dict] = (b"", {})
+
+
+def prompt_rows(model, tokens, layers, threads) -> dict[int, np.ndarray]:
+    """prefix_rows of one prompt, kept while the eval's variants of an item (one prompt) ask for it."""
+    global _prompt
+    key = tokens.tobytes()
+    if _prompt[0] != key:
+        _prompt = (key, prefix_rows(model, tokens, layers, threads))
+    return _prompt[1]
+
+
+class Overwrite:
+    """An eval hook: the K/V of the filled rows [lo, hi) of every layer after the split, made by that layer's
+    own projections of inputs(rows, lo, hi) = {layer: (hi - lo, d)}, given the prompt's exact layer inputs
+    (inputs None: those exact inputs, the control)."""
+
+    def __init__(self, kv, split: int, threads: int, inputs=None):
+        self.kv, self.split, self.threads, self.inputs = kv, split, threads, inputs
+
+    def __call__(self, head) -> None:
+        lo, hi = head.fill_range
+        if hi <= lo:
+            return
+        layers = range(self.split + 1, head.ctx.model.n_layer)
+        rows = prompt_rows(head.ctx.model, head.tokens[:hi], [self.split, *layers], self.threads)
+        h = {il: rows[il][lo:hi] for il in layers} if self.inputs is None else self.inputs(rows, lo, hi)
+        for il in layers:
+            k, v = self.kv[il](h[il], np.arange(lo, hi))
+            head.ctx.state_set(il, "k", k.astype(np.float32), lo, hi, head.seq_id)
+            head.ctx.state_set(il, "v", v.astype(np.float32), lo, hi, head.seq_id)
+
+
 def calibration_rows(model, cfg: CaptureConfig, layers):
     """((train rows, train previous rows), (held-out rows, held-out previous rows)), each {layer: array}:
     the rows `ridgefill fit` would see (default corpus, calib_windows, sinks excluded)."""

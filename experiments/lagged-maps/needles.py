@@ -20,14 +20,13 @@ Usage: .venv/bin/python experiments/lagged-maps/needles.py --model AUG.gguf --sp
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lagged import attn_kv, calibration_rows, prefix_rows, ridge  # noqa: E402
+from lagged import Overwrite, add_needle_args, attn_kv, calibration_rows, ridge  # noqa: E402
 
 from ridgefill import cli  # noqa: E402
 from ridgefill.fit.capture import CaptureConfig  # noqa: E402
@@ -75,36 +74,13 @@ def fit_maps(model, split, tokens, threads, work: Path, kinds, split_kv, force=F
     return maps
 
 
-class Overwrite:
-    """The hook: K/V of the filled rows of every late layer, from exact inputs or a map's predictions."""
-
-    def __init__(self, source, maps, kv, split, threads):
-        self.source, self.maps, self.kv, self.split, self.threads = source, maps, kv, split, threads
-
-    _rows: tuple[str, dict] = ("", {})  # one prompt's exact layer inputs, shared by the variants of an item
-
-    def exact_rows(self, model, tokens):
-        key = hashlib.sha1(tokens.tobytes()).hexdigest()
-        if Overwrite._rows[0] != key:
-            Overwrite._rows = (key, prefix_rows(model, tokens, list(range(self.split, model.n_layer)), self.threads))
-        return Overwrite._rows[1]
-
-    def __call__(self, head) -> None:
-        lo, hi = head.fill_range
-        if hi <= lo:
-            return
-        rows = self.exact_rows(head.ctx.model, head.tokens[:hi])
-        x, x_prev = rows[self.split][lo:hi], rows[self.split][lo - 1 : hi - 1]
-        feats = None if self.source == "exact" else features(self.source, x, x_prev, self.kv[self.split])
-        for il in range(self.split + 1, head.ctx.model.n_layer):
-            if feats is None:
-                h = rows[il][lo:hi]
-            else:
-                w, b = self.maps[self.source][il]
-                h = feats @ w + b
-            k, v = self.kv[il](h, np.arange(lo, hi))
-            head.ctx.state_set(il, "k", k.astype(np.float32), lo, hi, head.seq_id)
-            head.ctx.state_set(il, "v", v.astype(np.float32), lo, hi, head.seq_id)
+def map_inputs(source, maps, split_kv, split):
+    """Overwrite's inputs: the late layers' inputs as `source`'s maps predict them for the filled rows."""
+    def inputs(rows, lo, hi):
+        x, x_prev = rows[split][lo:hi], rows[split][lo - 1 : hi - 1]
+        feats = features(source, x, x_prev, split_kv)
+        return {il: feats @ w + b for il, (w, b) in maps[source].items()}
+    return inputs
 
 
 def main() -> None:
@@ -122,10 +98,7 @@ def main() -> None:
     ap.add_argument("--task", choices=("needle", "loss"), default="needle",
                     help="the eval to run: needles, or the distant-token loss (then give exact in --modes too)")
     ap.add_argument("--docs", default="24", help="documents of the loss eval")
-    ap.add_argument("--lengths", default="4096")
-    ap.add_argument("--items", default="6")
-    ap.add_argument("--needle-tasks", nargs="+", default=["single/noise/number", "single/prose/number",
-                                                          "multivalue/noise/number", "multiquery/prose/number"])
+    add_needle_args(ap)
     args = ap.parse_args()
     model = Model(args.model)
     kv = attn_kv(args.model, range(args.split, model.n_layer))
@@ -135,7 +108,8 @@ def main() -> None:
     if args.fit_only:
         return
     for source in ("exact", *kinds):
-        register(Variant(f"pykv-{source}", args.head, hook=Overwrite(source, maps, kv, args.split, args.threads)))
+        inputs = None if source == "exact" else map_inputs(source, maps, kv[args.split], args.split)
+        register(Variant(f"pykv-{source}", args.head, hook=Overwrite(kv, args.split, args.threads, inputs)))
     del model
     what = ["--needle-tasks", *args.needle_tasks, "--items", args.items] if args.task == "needle" else ["--docs", args.docs]
     sys.exit(cli.main(["eval", args.task, "--model", args.model, "--split", str(args.split), "--sinks", "4",
