@@ -109,6 +109,25 @@ def test_llama_capture_fits_better_than_identity(llama_stats):
 
 
 @pytest.mark.slow
+def test_the_fit_measures_each_layers_key_error(smollm2_path, llama_stats):
+    import copy
+    from dataclasses import replace
+
+    from ridgefill.errors import InputError
+
+    keys = pipeline.key_projections(smollm2_path, llama_stats)
+    assert sorted(keys) == llama_stats.layers
+    assert all(p.shape == (192, 576) and np.isfinite(p).all() for p in keys.values())  # 3 KV heads of 64
+    maps = ridge.fit(llama_stats, keys=keys)
+    for f in maps.fits:
+        assert 0.0 < f.k_err_row < 1.0 and 0.0 < f.k_err_lag < 1.0, f
+    other = copy.copy(llama_stats)
+    other.identity = replace(llama_stats.identity, base_sha256="0" * 64)
+    with pytest.raises(InputError, match="another model"):
+        pipeline.key_projections(smollm2_path, other)
+
+
+@pytest.mark.slow
 def test_fit_cli_end_to_end(smollm2_path, llama_stats, tmp_path):
     stats_file = llama_stats.save(tmp_path / "s.npz")
     out = tmp_path / "aug.gguf"
@@ -116,7 +135,7 @@ def test_fit_cli_end_to_end(smollm2_path, llama_stats, tmp_path):
     r = subprocess.run([sys.executable, "-m", "ridgefill", "fit", str(smollm2_path), "--stats", str(stats_file),
                         "--maps-out", str(maps_file), "-o", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    assert "R² ridge" in r.stdout
+    assert "R² ridge" in r.stdout and "K err lagged" in r.stdout
     prov = llama_stats.provenance
     assert f"training: {prov.n_tokens} tokens from {len(prov.documents)} documents (" in r.stdout
     assert len(set(prov.kinds)) >= 5, prov.kinds  # the sampler draws across kinds, even at 4096 tokens

@@ -48,7 +48,10 @@ def test_moments_match_direct_sums():
     np.testing.assert_allclose(m.xtx, x64.T @ x64, rtol=1e-12)
     np.testing.assert_allclose(m.xty[0], x64.T @ y64, rtol=1e-12)
     np.testing.assert_allclose(m.yy[0], (y64 ** 2).sum(), rtol=1e-12)
-    assert m.n == 50
+    assert m.n == 50 and m.yyt is None
+    full = Moments(D, 1, outer_y=True)
+    full.update(x, [y])
+    np.testing.assert_allclose(full.yyt[0], y64.T @ y64, rtol=1e-12)
 
 
 def test_fit_recovers_map_and_orientation():
@@ -106,7 +109,24 @@ def test_stats_save_load_merge(tmp_path):
     la.merge(CalibrationStats.load(pb))
     assert la.train.n == a.train.n + b.train.n
     np.testing.assert_allclose(la.train.xty, a.train.xty + b.train.xty)
-    assert la.provenance.sinks == 4
+    np.testing.assert_allclose(la.heldout.yyt, a.heldout.yyt + b.heldout.yyt)
+    assert la.train.yyt is None and la.provenance.sinks == 4
+
+
+def test_statistics_without_the_held_out_outer_products_are_refused(tmp_path):
+    import json
+
+    a, _, _ = _stats(np.random.default_rng(4), n_train=300, n_ho=90)
+    with np.load(a.save(tmp_path / "a.npz")) as z:
+        arrays = {k: z[k] for k in z.files if k != "heldout_yyt"}
+        meta = json.loads(str(z["meta"]))
+    np.savez(tmp_path / "no-yyt.npz", **arrays)
+    with pytest.raises(StatsError, match="heldout_yyt has no array"):
+        CalibrationStats.load(tmp_path / "no-yyt.npz")
+    arrays["meta"] = np.array(json.dumps({**meta, "format": "ridgefill-stats/2"}))
+    np.savez(tmp_path / "v2.npz", **arrays)
+    with pytest.raises(StatsError, match="capture them again"):
+        CalibrationStats.load(tmp_path / "v2.npz")
 
 
 def test_merge_refuses_other_model(tmp_path):
@@ -284,3 +304,53 @@ def test_statistics_of_another_shape_are_refused(tmp_path):
     assert CalibrationStats.load(p).train.n == st.train.n
     with pytest.raises(StatsError, match="train_sum_x has shape"):
         CalibrationStats.load(q)
+
+
+def _key_stats(rng, lag_weight=0.3, n_train=6000, n_ho=2000):
+    """Layer 4 gets the previous row in one direction (its coordinate 0), beside unit noise in the other
+    D - 2 coordinates: its input error barely moves with the previous row, the keys P reads (coordinates
+    0 and 1, quiet) do. Layer 5: y = x."""
+    st = CalibrationStats(_identity(), split=3, provenance=Provenance(sinks=4))
+    a, v = rng.normal(size=(D, D)) / np.sqrt(D), rng.normal(size=D) / np.sqrt(D)
+    noise = np.r_[0.02, 0.02, np.ones(D - 2)]
+    for mom, n in ((st.train, n_train), (st.heldout, n_ho)):
+        for _ in range(4):
+            x = _x(rng, n // 4)
+            y4 = x @ a.T + noise * rng.normal(size=x.shape)
+            y4[:, 0] += lag_weight * previous_rows(x, 0) @ v
+            mom.update(_lagged(x), [y4.astype(np.float32), x.copy()])
+    p = np.zeros((2, D))
+    p[0, 0], p[1, 1] = 1.5, -0.7
+    return st, p
+
+
+def test_key_error_from_statistics_equals_direct_sums():
+    from ridgefill.fit import key_space
+
+    rng = np.random.default_rng(12)
+    x = _lagged(_x(rng, 300)).astype(np.float64)
+    y = rng.normal(size=(300, D)) + 2.0
+    mom = Moments(2 * D, 1, D, outer_y=True)
+    mom.update(x[:120], [y[:120]])
+    mom.update(x[120:], [y[120:]])
+    p, w, b = rng.normal(size=(5, D)), rng.normal(size=(D, 2 * D)), rng.normal(size=D)
+    err = (y - x @ w.T - b) @ p.T
+    assert key_space.heldout_sse(p, w, b, mom, 0) == pytest.approx((err ** 2).sum(), rel=1e-9)
+    centred = (y - y.mean(0)) @ p.T
+    assert key_space.heldout_sst(p, mom, 0) == pytest.approx((centred ** 2).sum(), rel=1e-9)
+
+
+def test_the_keys_decide_a_lag_the_input_error_does_not_see():
+    st, p = _key_stats(np.random.default_rng(13))
+    blind, keyed = ridge.fit(st), ridge.fit(st, keys={4: p})
+    f_blind, f_keyed = blind.fits[0], keyed.fits[0]
+    # the previous row cuts layer 4's input error by less than the gain, its key error by far more
+    assert 1 - f_blind.r2_lag > (1 - ridge.DEFAULT_LAG_GAIN) * (1 - f_blind.r2_row)
+    assert not f_blind.lag and blind.weights_prev is None and f_blind.k_err_row is None
+    assert f_keyed.lag and keyed.prev(0) is not None
+    assert f_keyed.k_err_lag < 0.2 * f_keyed.k_err_row
+    assert keyed.fits[1].k_err_row is None  # no projection given for layer 5
+    # the keys only add a reason to lag: with no lag to take, they change nothing
+    none = ridge.fit(st, keys={4: p}, lag_gain=None)
+    assert none.weights_prev is None and none.fits[0].k_err_lag is None
+    np.testing.assert_array_equal(none.weights, ridge.fit(st, lag_gain=None).weights)

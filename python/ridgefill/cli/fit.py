@@ -117,8 +117,9 @@ def add_commands(sub) -> None:
                          "held-out rows from 1e-6..10")
     fp.add_argument("--lag-gain", type=share, metavar="G",
                     help="lagged maps (they also read the previous row's split state: one more d x d product per "
-                         "filled row) for every layer they help, when at some layer they cut the held-out error by "
-                         "at least this share (default: ridge.DEFAULT_LAG_GAIN; 0: wherever they help)")
+                         "filled row) for every layer they help, when at some layer they cut the held-out error of "
+                         "its input or of the keys it writes by at least this share (default: ridge.DEFAULT_LAG_GAIN; "
+                         "0: wherever they help)")
     fp.add_argument("--no-lag", action="store_true", help="per-row maps only (no layer reads the previous row)")
     _add_pack_args(fp)
     fp.add_argument("-o", "--output", help="augmented GGUF to write")

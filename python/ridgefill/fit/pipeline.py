@@ -10,13 +10,14 @@ from pathlib import Path
 
 from ..sources import corpus
 from .. import format as fmt
-from . import ridge
+from . import key_space, ridge
 from .capture import CaptureConfig, capture_llama, check_arch, check_split
 from .stats import CalibrationStats, merge_files
 from ..errors import InputError
 
 
-RECIPE = 3  # bump when a fit computes something else from the same corpus and settings (2: identity blend, 3: lagged maps)
+RECIPE = 4  # bump when a fit computes something else from the same corpus and settings (2: identity blend, 3: lagged
+# maps, 4: the lag decision reads the keys' error too)
 
 
 def recipe_key(cfg: CaptureConfig) -> str:
@@ -74,12 +75,22 @@ def load_stats(paths: list[str]) -> CalibrationStats:
     return merge_files(paths)
 
 
+def key_projections(base, stats: CalibrationStats) -> dict:
+    """The late layers' key projections (key_space.projections) of the model the statistics describe."""
+    bad = stats.identity.mismatch(fmt.identity_of(base))
+    if bad:
+        raise InputError(f"the statistics describe another model than {base}: " + "; ".join(bad))
+    return key_space.projections(base, stats.layers)
+
+
 def fit_and_pack(base, stats: CalibrationStats, out, map_type: str = "f16",
                  defaults: fmt.Defaults = fmt.Defaults(), maps_out=None, blend: bool = True, lam: float | None = None,
                  lag_gain: float | None = ridge.DEFAULT_LAG_GAIN) -> ridge.Maps:
     """Fit, save and fmt. `lam` fixes λ/scale for every layer instead of choosing it on held-out rows;
-    `lag_gain` None fits per-row maps only (ridge.fit)."""
-    maps = ridge.fit(stats, blend=blend, grid=ridge.DEFAULT_GRID if lam is None else (lam,), lag_gain=lag_gain)
+    `lag_gain` None fits per-row maps only (ridge.fit), else the base's key projections weigh in."""
+    keys = None if lag_gain is None else key_projections(base, stats)
+    maps = ridge.fit(stats, blend=blend, grid=ridge.DEFAULT_GRID if lam is None else (lam,), lag_gain=lag_gain,
+                     keys=keys)
     if maps_out:
         ridge.save_maps(maps_out, maps, stats.identity, stats.provenance)
     if out:

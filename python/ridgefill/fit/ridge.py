@@ -11,8 +11,12 @@ A map's input x is the row's split state h_s(t), or [h_s(t), h_s(t-1)] with the 
 row's (a lagged map): a head between the split layer and layer l that moves the previous
 row's information into row t (a previous-token head) is invisible to a per-row map. Both
 are fitted from the same statistics (the per-row map from their first d columns). A split
-gets lagged maps when the previous row cuts some layer's held-out error by at least
-DEFAULT_LAG_GAIN; then every layer whose held-out error it lowers at all reads it. The decision
+gets lagged maps when the previous row cuts some layer's held-out error, of its input or of
+the keys the layer writes from it (key_space.py), by at least DEFAULT_LAG_GAIN; then every
+layer whose held-out input error it lowers at all reads it. The keys count because such a head
+writes into few directions that a layer's key projection reads: at Qwen2.5-Coder-0.5B split 12
+the previous row cuts layer 16's key error by 43 % and its input error by 4 %, and gives back
+13.5 needle points (experiments/windowed-maps). The decision
 is per split because what a previous-token head moves into the residual stream reaches every
 later layer, and there held-out gains of a few per cent still decide retrieval
 (bench/results/lag-fork-smollm2.md). Lagged maps keep α = 1 (no blend, below): the identity
@@ -35,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import key_space
 from .route import RouteStats
 from .route import from_moments as route_stats
 from .stats import CalibrationStats, Moments
@@ -59,6 +64,10 @@ class LayerFit:
     # the lag decision compares (its gain is 1 - (1 - r2_lag) / (1 - r2_row))
     r2_row: float | None = None
     r2_lag: float | None = None
+    # held-out relative error of the keys the layer writes (key_space.py) from the per-row map before its blend
+    # and from the lagged map; None without the layer's key projection
+    k_err_row: float | None = None
+    k_err_lag: float | None = None
 
 
 @dataclass
@@ -158,6 +167,7 @@ class _Candidate:
     sse_plain: float  # held-out, of the same map before the blend
     w: np.ndarray  # (d, d_in) final map
     b: np.ndarray
+    key_sse: float | None = None  # held-out key error (key_space.py) of the map before the blend, fitted on training statistics
 
 
 class _Kind:
@@ -169,27 +179,40 @@ class _Kind:
         self.eig = _Eig(self.tr)
         self.final_eig = self.eig if final is None else _Eig(self.final)
 
-    def layer(self, j: int, grid, blend: bool) -> _Candidate:
+    def layer(self, j: int, grid, blend: bool, keys: np.ndarray | None = None) -> _Candidate:
+        """`keys`: the layer's key projection P (key_space.py), to measure the held-out key error too."""
         eig = self.eig
         a, mu_y = eig.a_matrix(self.tr, j)
         errs = grid_sse(eig, a, mu_y, self.ho, j, [g * eig.scale for g in grid])
         best = int(np.argmin(errs))
         alpha, sse = 1.0, float(errs[best])
+        w_tr, b_tr = eig.solve(a, mu_y, grid[best] * eig.scale)
         if blend:
-            alpha, sse = best_blend(*eig.solve(a, mu_y, grid[best] * eig.scale), self.ho, j)
+            alpha, sse = best_blend(w_tr, b_tr, self.ho, j)
+        key_sse = None if keys is None or self.ho.yyt is None else key_space.heldout_sse(keys, w_tr, b_tr, self.ho, j)
         fa, fmu = self.final_eig.a_matrix(self.final, j)
         w, b = self.final_eig.solve(fa, fmu, grid[best] * self.final_eig.scale)
         eye = np.eye(*w.shape)
         return _Candidate(float(grid[best]), grid[best] * self.final_eig.scale, alpha, sse, float(errs[best]),
-                          eye + alpha * (w - eye), alpha * b)
+                          eye + alpha * (w - eye), alpha * b, key_sse)
+
+
+def _lag_pays(c_row: _Candidate, c_lag: _Candidate, gain: float) -> bool:
+    """The previous row cuts the layer's held-out error, of its input or of its keys, by at least `gain`
+    (blend aside: the lagged map against the per-row ridge map, both at their own λ)."""
+    if c_lag.sse <= (1.0 - gain) * c_row.sse_plain:
+        return True
+    return c_row.key_sse is not None and c_lag.key_sse is not None and c_lag.key_sse <= (1.0 - gain) * c_row.key_sse
 
 
 def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blend: bool = True,
-        lag_gain: float | None = DEFAULT_LAG_GAIN) -> Maps:
-    """Maps for every late layer. When the previous row's split state cuts some layer's held-out error
-    by at least `lag_gain` (a share; None: never), the split skipped a layer that moves the previous row
-    into each row, and every layer whose held-out error the previous row lowers at all gets a lagged map
-    (one more d x d product per filled row); otherwise every map reads its own row only."""
+        lag_gain: float | None = DEFAULT_LAG_GAIN, keys: dict[int, np.ndarray] | None = None) -> Maps:
+    """Maps for every late layer. When the previous row's split state cuts some layer's held-out error,
+    of its input or of its keys, by at least `lag_gain` (a share; None: never), the split skipped a layer
+    that moves the previous row into each row, and every layer whose held-out input error the previous row
+    lowers at all gets a lagged map (one more d x d product per filled row); otherwise every map reads its
+    own row only. `keys`: layer -> its key projection (key_space.projections); without it, or for a layer
+    without one, the input's error alone decides."""
     stats.check_finite()
     if len(grid) == 0 or not all(np.isfinite(g) and g > 0 for g in grid):
         raise InputError(f"the λ grid must be finite numbers > 0, not {list(grid)}")
@@ -208,18 +231,19 @@ def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blen
 
     fits, weights, biases = [], np.empty((tr.m, d, d), np.float32), np.empty((tr.m, d), np.float32)
     weights_prev = np.zeros((tr.m, d, d), np.float32)
-    c_rows = [row.layer(j, grid, blend) for j in range(tr.m)]
+    keys = keys or {}
+    c_rows = [row.layer(j, grid, blend, keys.get(il)) for j, il in enumerate(stats.layers)]
     # lagged maps are not blended toward the identity: it is the predictor that drops the previous row,
     # and blending toward it (α 0.82-0.88 at SmolLM2 split 16) gave back most of the retrieval the lag bought
-    c_lags = [lag.layer(j, grid, blend=False) if lag else None for j in range(tr.m)]
-    # the gain of the previous row, blend aside: lagged against per-row ridge, both at their own λ
-    lagged = lag is not None and any(cl.sse <= (1.0 - lag_gain) * cr.sse_plain for cr, cl in zip(c_rows, c_lags))
+    c_lags = [lag.layer(j, grid, blend=False, keys=keys.get(il)) if lag else None for j, il in enumerate(stats.layers)]
+    lagged = lag is not None and any(_lag_pays(cr, cl, lag_gain) for cr, cl in zip(c_rows, c_lags))
     for j, layer in enumerate(stats.layers):
         sst = heldout_sst(ho, j)
         c_row, c_lag = c_rows[j], c_lags[j]
         use_lag = lagged and c_lag.sse < c_row.sse_plain
         c = c_lag if use_lag else c_row
         sse_id = heldout_sse(np.eye(d), np.zeros(d), row.ho, j)
+        k_err = _key_errors(keys.get(layer), row.ho, j, c_row, c_lag)
         fits.append(LayerFit(
             layer=layer,
             lam=c.lam,
@@ -232,6 +256,8 @@ def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blen
             lag=use_lag,
             r2_row=1.0 - c_row.sse_plain / sst,
             r2_lag=None if c_lag is None else 1.0 - c_lag.sse / sst,
+            k_err_row=k_err[0],
+            k_err_lag=k_err[1],
         ))
         weights[j], biases[j] = c.w[:, :d], c.b
         if use_lag:
@@ -241,14 +267,25 @@ def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blen
                 weights_prev=weights_prev if any(f.lag for f in fits) else None)
 
 
+def _key_errors(p, ho: Moments, j: int, c_row: _Candidate, c_lag: _Candidate | None):
+    """(per-row, lagged) held-out relative key errors, None where not measured."""
+    if p is None or c_row.key_sse is None:
+        return None, None
+    sst = key_space.heldout_sst(p, ho, j)
+    rel = lambda sse: float(np.sqrt(max(sse, 0.0) / sst)) if sst > 0 else None
+    return rel(c_row.key_sse), None if c_lag is None or c_lag.key_sse is None else rel(c_lag.key_sse)
+
+
 def report(maps: Maps) -> str:
-    lines = ["layer  input   λ/scale     α  R² ridge  R² identity  rel.err ridge  rel.err identity  R² row α=1  R² lagged",
-             "-----  -----  --------  ----  --------  -----------  -------------  ----------------  ----------  ---------"]
+    lines = ["layer  input   λ/scale     α  R² ridge  R² identity  rel.err ridge  rel.err identity  R² row α=1  R² lagged"
+             "  K err row  K err lagged",
+             "-----  -----  --------  ----  --------  -----------  -------------  ----------------  ----------  ---------"
+             "  ---------  ------------"]
     num = lambda v: "" if v is None else f"{v:.4f}"
     for f in maps.fits:
         lines.append(f"{f.layer:5d}  {'lag' if f.lag else 'row':>5}  {f.lam_rel:8.1e}  {f.blend:4.2f}  {f.r2_ridge:8.4f}  "
                      f"{f.r2_identity:11.4f}  {f.rel_err_ridge:13.4f}  {f.rel_err_identity:16.4f}  "
-                     f"{num(f.r2_row):>10}  {num(f.r2_lag):>9}")
+                     f"{num(f.r2_row):>10}  {num(f.r2_lag):>9}  {num(f.k_err_row):>9}  {num(f.k_err_lag):>12}")
     return "\n".join(lines)
 
 

@@ -1,7 +1,8 @@
 """Sufficient statistics for the ridge maps, streamed in float64.
 
 For the split layer's state and each late layer's input y_l = h_l (l > s): n, Σx, Σy_l,
-XᵀX, XᵀY_l and Σ‖y_l‖², where x = [h_s(t), h_s(t-1)] holds the row's split state and its
+XᵀX, XᵀY_l and Σ‖y_l‖² (on held-out rows the whole Σ y_l y_lᵀ, so that a map's held-out error
+can be measured through any linear read of y_l, such as the layer's key projection), where x = [h_s(t), h_s(t-1)] holds the row's split state and its
 predecessor's (the previous row of the same window), so that a map may also read the
 previous row (ridge.py); the first d columns are the per-row statistics. Activations are
 never stored; statistics from
@@ -12,6 +13,7 @@ split and layers. A second, disjoint set (held-out documents) selects λ.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from ..files import load_npz, save_npz
 from ..format.identity import ModelIdentity
 from ..errors import RidgefillError
 
-FORMAT = "ridgefill-stats/2"  # 2: x carries the previous row's split state
+FORMAT = "ridgefill-stats/3"  # 2: x carries the previous row's split state; 3: held-out Σ y yᵀ
 
 
 class StatsError(RidgefillError, ValueError):
@@ -59,9 +61,10 @@ class Provenance:
 
 
 class Moments:
-    """Streaming float64 moments of (x, y_1..y_m) rows; x has d_in columns, each y d_out (default d_in)."""
+    """Streaming float64 moments of (x, y_1..y_m) rows; x has d_in columns, each y d_out (default d_in).
+    With `outer_y`, also each target's Σ y yᵀ (yyt, (m, d_out, d_out))."""
 
-    def __init__(self, d_in: int, m: int, d_out: int | None = None):
+    def __init__(self, d_in: int, m: int, d_out: int | None = None, outer_y: bool = False):
         d_out = d_in if d_out is None else d_out
         self.n = 0
         self.sum_x = np.zeros(d_in)
@@ -69,6 +72,7 @@ class Moments:
         self.xtx = np.zeros((d_in, d_in))
         self.xty = np.zeros((m, d_in, d_out))
         self.yy = np.zeros(m)
+        self.yyt = np.zeros((m, d_out, d_out)) if outer_y else None
 
     @property
     def d(self) -> int:
@@ -82,7 +86,7 @@ class Moments:
     def head(self, k: int) -> "Moments":
         """The moments of the first k columns of x (views, not copies)."""
         m = Moments.__new__(Moments)
-        m.n, m.sum_y, m.yy = self.n, self.sum_y, self.yy
+        m.n, m.sum_y, m.yy, m.yyt = self.n, self.sum_y, self.yy, self.yyt
         m.sum_x, m.xtx, m.xty = self.sum_x[:k], self.xtx[:k, :k], self.xty[:, :k, :]
         return m
 
@@ -108,6 +112,8 @@ class Moments:
             self.sum_y[j] += y64.sum(0)
             self.xty[j] += x64.T @ y64
             self.yy[j] += np.einsum("ij,ij->", y64, y64)
+            if self.yyt is not None:
+                self.yyt[j] += y64.T @ y64
 
     def __iadd__(self, other: "Moments") -> "Moments":
         if (other.d, other.m, other.d_out) != (self.d, self.m, self.d_out):
@@ -119,24 +125,31 @@ class Moments:
         self.xtx += other.xtx
         self.xty += other.xty
         self.yy += other.yy
+        # a sum that misses one part's Σ y yᵀ has none
+        self.yyt = None if self.yyt is None or other.yyt is None else self.yyt + other.yyt
         return self
 
+    _FIELDS = ("sum_x", "sum_y", "xtx", "xty", "yy", "yyt")
+
     def arrays(self, prefix: str) -> dict[str, np.ndarray]:
-        return {f"{prefix}{k}": np.asarray(getattr(self, k)) for k in ("n", "sum_x", "sum_y", "xtx", "xty", "yy")}
+        out = {f"{prefix}n": np.asarray(self.n)}
+        out.update({f"{prefix}{k}": np.asarray(getattr(self, k)) for k in self._FIELDS if getattr(self, k) is not None})
+        return out
 
     @classmethod
     def from_arrays(cls, data, prefix: str) -> "Moments":
         m = cls.__new__(cls)
         m.n = int(data[f"{prefix}n"])
-        for k in ("sum_x", "sum_y", "xtx", "xty", "yy"):
-            setattr(m, k, np.array(data[f"{prefix}{k}"], dtype=np.float64))
+        for k in cls._FIELDS:
+            setattr(m, k, np.array(data[f"{prefix}{k}"], dtype=np.float64) if f"{prefix}{k}" in data else None)
         return m
 
     def nonfinite_targets(self) -> list[int]:
         """Indices j whose statistics hold NaN/Inf (x's own moments count against every j)."""
         x_bad = not (np.isfinite(self.sum_x).all() and np.isfinite(self.xtx).all())
         return [j for j in range(self.m)
-                if x_bad or not (np.isfinite(self.sum_y[j]).all() and np.isfinite(self.xty[j]).all() and np.isfinite(self.yy[j]))]
+                if x_bad or not (np.isfinite(self.sum_y[j]).all() and np.isfinite(self.xty[j]).all() and np.isfinite(self.yy[j])
+                                 and (self.yyt is None or np.isfinite(self.yyt[j]).all()))]
 
 
 class CalibrationStats:
@@ -152,7 +165,7 @@ class CalibrationStats:
         self.heldout_provenance = Provenance()
         d, m = identity.n_embd, len(self.layers)
         self.train = Moments(2 * d, m, d)  # x = [h_s(t), h_s(t-1)]
-        self.heldout = Moments(2 * d, m, d)
+        self.heldout = Moments(2 * d, m, d, outer_y=True)
 
     def merge(self, other: "CalibrationStats") -> None:
         bad = self.identity.mismatch(other.identity)
@@ -197,19 +210,24 @@ class CalibrationStats:
             st.train = Moments.from_arrays(data, "train_")
             st.heldout = Moments.from_arrays(data, "heldout_")
         except (KeyError, TypeError, ValueError) as err:
-            hint = " (statistics from before the previous row was captured: capture them again)" if "stats/1" in str(err) else ""
+            hint = (" (statistics from before the previous row and the held-out Σ y yᵀ were captured: capture them again)"
+                    if re.search(r"stats/[12]\b", str(err)) else "")
             raise StatsError(f"cannot read statistics from {path}: {err}{hint}") from None
         st._check_shapes(path)
         return st
 
     def _check_shapes(self, path) -> None:
         d, m = self.identity.n_embd, len(self.layers)
-        want = {"sum_x": (2 * d,), "sum_y": (m, d), "xtx": (2 * d, 2 * d), "xty": (m, 2 * d, d), "yy": (m,)}
+        want = {"sum_x": (2 * d,), "sum_y": (m, d), "xtx": (2 * d, 2 * d), "xty": (m, 2 * d, d), "yy": (m,),
+                "yyt": (m, d, d)}
         for name, mom in (("train", self.train), ("heldout", self.heldout)):
             for k, shape in want.items():
-                if getattr(mom, k).shape != shape:
-                    raise StatsError(f"cannot read statistics from {path}: {name}_{k} has shape "
-                                     f"{getattr(mom, k).shape}, expected {shape} for n_embd={d} and {m} late layers")
+                if k == "yyt" and name == "train":
+                    continue
+                if getattr(mom, k) is None or getattr(mom, k).shape != shape:
+                    got = "no array" if getattr(mom, k) is None else f"shape {getattr(mom, k).shape}"
+                    raise StatsError(f"cannot read statistics from {path}: {name}_{k} has {got}, "
+                                     f"expected {shape} for n_embd={d} and {m} late layers")
 
 
 def merge_files(paths: list[str | os.PathLike]) -> CalibrationStats:
