@@ -69,18 +69,21 @@ def capture(model, split: int, tokens: int, threads: int, cache: Path) -> tuple[
     return out[0], out[1]
 
 
-def shifted(u: np.ndarray, window: int) -> np.ndarray:
-    """(n, window·q): row t holds [u_{t-1}, ..., u_{t-window}], zeros before row 0."""
+def shifted(u: np.ndarray, window: int, first: int = 1) -> np.ndarray:
+    """(n, window·q): row t holds [u_{t-first}, ..., u_{t-first-window+1}], zeros before row 0."""
     n, q = u.shape
     g = np.zeros((n, window * q), dtype=u.dtype)
-    for j in range(1, window + 1):
-        g[j:, (j - 1) * q : j * q] = u[: n - j]
+    for i, j in enumerate(range(first, first + window)):
+        g[j:, i * q : (i + 1) * q] = u[: n - j]
     return g
 
 
 # ---- maps -------------------------------------------------------------------------------------------
 
-VARIANT = re.compile(r"^(row|lag1|w(\d+)q(\d+)r(\d+))$")
+# wWqQrR[k]: window of W rows before t; l1wWqQrR[k]: the lagged map's [x_t, x_{t-1}] beside a window of the W rows
+# before t-1; k: the window reduced by what the maps miss in each layer's keys (pre-RoPE, K projection of the
+# normed input) instead of in its input
+VARIANT = re.compile(r"^(row|lag1|(l1)?w(\d+)q(\d+)r(\d+)(k?))$")
 
 
 @dataclass
@@ -94,18 +97,21 @@ class Maps:
     q_dirs: np.ndarray | None = None
     p_red: np.ndarray | None = None
     window: int = 0
+    after_lag: bool = False  # the window starts at t-2, beside x_{t-1}
 
     def inputs(self, x: np.ndarray) -> np.ndarray:
         """The map inputs of every row of one sequence of split states x (n, d)."""
         if self.kind == "row":
             return x
+        prev = np.vstack([np.zeros_like(x[:1]), x[:-1]])
         if self.kind == "lag1":
-            prev = np.vstack([np.zeros_like(x[:1]), x[:-1]])
             return np.hstack([x, prev])
+        if self.after_lag:
+            return np.hstack([x, prev, self.reduced(x)])
         return np.hstack([x, self.reduced(x)])
 
     def reduced(self, x: np.ndarray) -> np.ndarray:
-        return shifted((x - self.mu) @ self.q_dirs, self.window) @ self.p_red
+        return shifted((x - self.mu) @ self.q_dirs, self.window, 2 if self.after_lag else 1) @ self.p_red
 
     def predict(self, x: np.ndarray) -> dict[int, np.ndarray]:
         f = self.inputs(x)
@@ -119,7 +125,7 @@ class Maps:
         if self.kind == "lag1":
             return 2.0
         q, r = self.q_dirs.shape[1], self.p_red.shape[1]
-        return (d * q + self.window * q * r + m * (d + r) * d) / (m * d * d)
+        return (d * q + self.window * q * r + m * (d * (2 if self.after_lag else 1) + r) * d) / (m * d * d)
 
 
 def _rows(wins: list[dict], il: int, sinks: int) -> np.ndarray:
@@ -130,20 +136,26 @@ def _inputs(maps: Maps, wins: list[dict], sinks: int) -> np.ndarray:
     return np.concatenate([maps.inputs(w[maps.split])[sinks:] for w in wins])
 
 
-def fit_window(maps: Maps, train, layers, sinks: int, q: int, r: int, lam: float, row_maps: Maps) -> None:
-    """μ, Q (top-q principal directions of x) and P (reduced-rank regression of the per-row maps'
-    residuals, each layer scaled to unit mean square, on the window) into `maps`."""
+def fit_window(maps: Maps, train, layers, sinks: int, q: int, r: int, lam: float, base_maps: Maps, kv=None) -> None:
+    """μ, Q (top-q principal directions of x) and P (reduced-rank regression of the base maps' residuals,
+    each layer scaled to unit mean square, on the window) into `maps`; with `kv`, the residuals of each
+    layer's keys (pre-RoPE: the normed input's error through the layer's K projection)."""
     s = maps.split
     x = _rows(train, s, 0)
     maps.mu = x.mean(0)
     xc = (x - maps.mu).astype(np.float64)
     ev, vec = np.linalg.eigh(xc.T @ xc / len(xc))
     maps.q_dirs = vec[:, ::-1][:, :q].astype(np.float32)
-    g = np.concatenate([shifted((w[s] - maps.mu) @ maps.q_dirs, maps.window)[sinks:] for w in train]).astype(np.float64)
+    first = 2 if maps.after_lag else 1
+    g = np.concatenate([shifted((w[s] - maps.mu) @ maps.q_dirs, maps.window, first)[sinks:] for w in train]).astype(np.float64)
+    base_in = _inputs(base_maps, train, sinks)
     resid = []
     for il in layers:
-        w, b = row_maps.maps[il]
-        e = _rows(train, il, sinks) - (_rows(train, s, sinks) @ w + b)
+        w, b = base_maps.maps[il]
+        y = _rows(train, il, sinks)
+        e = y - (base_in @ w + b)
+        if kv is not None:
+            e = (kv[il].normed(y) - kv[il].normed(y - e)) @ kv[il].wk
         resid.append(e / np.sqrt((e.astype(np.float64) ** 2).sum(1).mean()))
     resid = np.hstack(resid).astype(np.float64)
     gtg = g.T @ g
@@ -156,14 +168,16 @@ def fit_window(maps: Maps, train, layers, sinks: int, q: int, r: int, lam: float
     maps.p_red = (c @ (k.T @ top)).astype(np.float32)  # C V_r, V_r the top right singular vectors of k
 
 
-def fit(kind: str, train, held, split: int, n_layer: int, sinks: int, lam: float, row_maps: Maps | None) -> Maps:
+def fit(kind: str, train, held, split: int, n_layer: int, sinks: int, lam: float, base: dict[str, Maps], kv) -> Maps:
+    """`base`: the row and lag1 maps already fitted (a window is fitted on their residuals)."""
     m = VARIANT.match(kind)
     if not m:
-        raise SystemExit(f"unknown variant {kind!r}: row, lag1 or wWqQrR (e.g. w16q256r128)")
+        raise SystemExit(f"unknown variant {kind!r}: row, lag1, wWqQrR[k] or l1wWqQrR[k] (e.g. w16q256r128)")
     layers = list(range(split + 1, n_layer))
-    maps = Maps(kind if m.group(2) is None else "win", split, window=int(m.group(2) or 0))
+    maps = Maps(kind if m.group(3) is None else "win", split, window=int(m.group(3) or 0), after_lag=bool(m.group(2)))
     if maps.kind == "win":
-        fit_window(maps, train, layers, sinks, int(m.group(3)), int(m.group(4)), lam, row_maps)
+        fit_window(maps, train, layers, sinks, int(m.group(4)), int(m.group(5)), lam,
+                   base["lag1" if maps.after_lag else "row"], kv if m.group(6) else None)
     xtr, xho = _inputs(maps, train, sinks), _inputs(maps, held, sinks)
     for il in layers:
         w, b, _ = ridge(xtr, _rows(train, il, sinks), xho, _rows(held, il, sinks))
@@ -240,10 +254,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     fitted: dict[str, Maps] = {}
     results, costs = {}, {}
-    row_maps = None
-    for kind in dict.fromkeys(["row", *args.variants]):
-        maps = fit(kind, train, held, args.split, model.n_layer, args.sinks, args.lam, row_maps)
-        row_maps = row_maps or maps
+    for kind in dict.fromkeys(["row", "lag1", *args.variants]):
+        maps = fit(kind, train, held, args.split, model.n_layer, args.sinks, args.lam, fitted, kv)
         fitted[kind] = maps
         if kind in args.variants:
             results[kind] = held_out_errors(maps, held, kv, args.sinks)
