@@ -340,17 +340,20 @@ def test_key_error_from_statistics_equals_direct_sums():
     assert key_space.heldout_sst(p, mom, 0) == pytest.approx((centred ** 2).sum(), rel=1e-9)
 
 
-def test_the_keys_decide_a_lag_the_input_error_does_not_see():
+def test_the_keys_can_decide_a_lag_the_input_error_does_not_see():
     st, p = _key_stats(np.random.default_rng(13))
-    blind, keyed = ridge.fit(st), ridge.fit(st, keys={4: p})
-    f_blind, f_keyed = blind.fits[0], keyed.fits[0]
+    blind, measured, keyed = ridge.fit(st), ridge.fit(st, keys={4: p}), ridge.fit(st, keys={4: p}, lag_keys=True)
+    f_blind, f_measured, f_keyed = blind.fits[0], measured.fits[0], keyed.fits[0]
     # the previous row cuts layer 4's input error by less than the gain, its key error by far more
     assert 1 - f_blind.r2_lag > (1 - ridge.DEFAULT_LAG_GAIN) * (1 - f_blind.r2_row)
     assert not f_blind.lag and blind.weights_prev is None and f_blind.k_err_row is None
+    # measured and reported, the keys decide only when asked to
+    assert not f_measured.lag and f_measured.k_err_lag < 0.2 * f_measured.k_err_row
+    np.testing.assert_array_equal(measured.weights, blind.weights)
     assert f_keyed.lag and keyed.prev(0) is not None
     assert f_keyed.k_err_lag < 0.2 * f_keyed.k_err_row
     assert keyed.fits[1].k_err_row is None  # no projection given for layer 5
     # the keys only add a reason to lag: with no lag to take, they change nothing
-    none = ridge.fit(st, keys={4: p}, lag_gain=None)
+    none = ridge.fit(st, keys={4: p}, lag_gain=None, lag_keys=True)
     assert none.weights_prev is None and none.fits[0].k_err_lag is None
     np.testing.assert_array_equal(none.weights, ridge.fit(st, lag_gain=None).weights)

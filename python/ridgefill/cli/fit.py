@@ -37,7 +37,8 @@ def _cmd_fit(args) -> int:
         if args.stats_out:
             stats.save(args.stats_out)
     maps = pipeline.fit_and_pack(args.base, stats, args.output, args.type, _defaults(args), args.maps_out,
-                                 blend=not args.no_identity_blend, lam=args.lam, lag_gain=_lag_gain(args))
+                                 blend=not args.no_identity_blend, lam=args.lam, lag_gain=_lag_gain(args),
+                                 lag_keys=args.lag_keys)
     for name, prov in (("training", stats.provenance), ("held-out", stats.heldout_provenance)):
         print(f"{name}: {prov.summary()}")
     print(ridge.report(maps))
@@ -117,9 +118,11 @@ def add_commands(sub) -> None:
                          "held-out rows from 1e-6..10")
     fp.add_argument("--lag-gain", type=share, metavar="G",
                     help="lagged maps (they also read the previous row's split state: one more d x d product per "
-                         "filled row) for every layer they help, when at some layer they cut the held-out error of "
-                         "its input or of the keys it writes by at least this share (default: ridge.DEFAULT_LAG_GAIN; "
-                         "0: wherever they help)")
+                         "filled row) for every layer they help, when at some layer they cut the held-out error by "
+                         "at least this share (default: ridge.DEFAULT_LAG_GAIN; 0: wherever they help)")
+    fp.add_argument("--lag-keys", action="store_true",
+                    help="let the held-out error of the keys each layer writes decide the lag too, beside its input's "
+                         "(fit prints both per layer)")
     fp.add_argument("--no-lag", action="store_true", help="per-row maps only (no layer reads the previous row)")
     _add_pack_args(fp)
     fp.add_argument("-o", "--output", help="augmented GGUF to write")

@@ -16,8 +16,7 @@ from .stats import CalibrationStats, merge_files
 from ..errors import InputError
 
 
-RECIPE = 4  # bump when a fit computes something else from the same corpus and settings (2: identity blend, 3: lagged
-# maps, 4: the lag decision reads the keys' error too)
+RECIPE = 3  # bump when a fit computes something else from the same corpus and settings (2: identity blend, 3: lagged maps)
 
 
 def recipe_key(cfg: CaptureConfig) -> str:
@@ -85,12 +84,12 @@ def key_projections(base, stats: CalibrationStats) -> dict:
 
 def fit_and_pack(base, stats: CalibrationStats, out, map_type: str = "f16",
                  defaults: fmt.Defaults = fmt.Defaults(), maps_out=None, blend: bool = True, lam: float | None = None,
-                 lag_gain: float | None = ridge.DEFAULT_LAG_GAIN) -> ridge.Maps:
+                 lag_gain: float | None = ridge.DEFAULT_LAG_GAIN, lag_keys: bool = False) -> ridge.Maps:
     """Fit, save and fmt. `lam` fixes λ/scale for every layer instead of choosing it on held-out rows;
-    `lag_gain` None fits per-row maps only (ridge.fit), else the base's key projections weigh in."""
-    keys = None if lag_gain is None else key_projections(base, stats)
+    `lag_gain` None fits per-row maps only, `lag_keys` lets the keys' held-out error decide the lag too
+    (ridge.fit); each layer's key error is measured through the base's key projections either way."""
     maps = ridge.fit(stats, blend=blend, grid=ridge.DEFAULT_GRID if lam is None else (lam,), lag_gain=lag_gain,
-                     keys=keys)
+                     keys=key_projections(base, stats), lag_keys=lag_keys)
     if maps_out:
         ridge.save_maps(maps_out, maps, stats.identity, stats.provenance)
     if out:

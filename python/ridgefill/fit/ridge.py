@@ -11,12 +11,13 @@ A map's input x is the row's split state h_s(t), or [h_s(t), h_s(t-1)] with the 
 row's (a lagged map): a head between the split layer and layer l that moves the previous
 row's information into row t (a previous-token head) is invisible to a per-row map. Both
 are fitted from the same statistics (the per-row map from their first d columns). A split
-gets lagged maps when the previous row cuts some layer's held-out error, of its input or of
-the keys the layer writes from it (key_space.py), by at least DEFAULT_LAG_GAIN; then every
-layer whose held-out input error it lowers at all reads it. The keys count because such a head
-writes into few directions that a layer's key projection reads: at Qwen2.5-Coder-0.5B split 12
-the previous row cuts layer 16's key error by 43 % and its input error by 4 %, and gives back
-13.5 needle points (experiments/windowed-maps). The decision
+gets lagged maps when the previous row cuts some layer's held-out input error by at least
+DEFAULT_LAG_GAIN; then every layer whose held-out input error it lowers at all reads it. The
+error of the keys each layer writes (key_space.py) is measured and reported beside it, and
+decides too with `lag_keys`: at Qwen2.5-Coder-0.5B split 12 the previous row cuts layer 16's key
+error by 44 % and its input error by 4 %, and the lagged maps give back 13.5 needle points; but
+at SmolLM2 splits 17-19 it cuts some layer's key error by 27-43 % and the lagged maps retrieve
+what the per-row maps do (experiments/key-lag), so by default the keys do not decide. The decision
 is per split because what a previous-token head moves into the residual stream reaches every
 later layer, and there held-out gains of a few per cent still decide retrieval
 (bench/results/lag-fork-smollm2.md). Lagged maps keep α = 1 (no blend, below): the identity
@@ -197,22 +198,24 @@ class _Kind:
                           eye + alpha * (w - eye), alpha * b, key_sse)
 
 
-def _lag_pays(c_row: _Candidate, c_lag: _Candidate, gain: float) -> bool:
-    """The previous row cuts the layer's held-out error, of its input or of its keys, by at least `gain`
-    (blend aside: the lagged map against the per-row ridge map, both at their own λ)."""
+def _lag_pays(c_row: _Candidate, c_lag: _Candidate, gain: float, keys: bool) -> bool:
+    """The previous row cuts the layer's held-out input error (with `keys`, or its key error) by at least
+    `gain` (blend aside: the lagged map against the per-row ridge map, both at their own λ)."""
     if c_lag.sse <= (1.0 - gain) * c_row.sse_plain:
         return True
-    return c_row.key_sse is not None and c_lag.key_sse is not None and c_lag.key_sse <= (1.0 - gain) * c_row.key_sse
+    return (keys and c_row.key_sse is not None and c_lag.key_sse is not None
+            and c_lag.key_sse <= (1.0 - gain) * c_row.key_sse)
 
 
 def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blend: bool = True,
-        lag_gain: float | None = DEFAULT_LAG_GAIN, keys: dict[int, np.ndarray] | None = None) -> Maps:
-    """Maps for every late layer. When the previous row's split state cuts some layer's held-out error,
-    of its input or of its keys, by at least `lag_gain` (a share; None: never), the split skipped a layer
-    that moves the previous row into each row, and every layer whose held-out input error the previous row
-    lowers at all gets a lagged map (one more d x d product per filled row); otherwise every map reads its
-    own row only. `keys`: layer -> its key projection (key_space.projections); without it, or for a layer
-    without one, the input's error alone decides."""
+        lag_gain: float | None = DEFAULT_LAG_GAIN, keys: dict[int, np.ndarray] | None = None,
+        lag_keys: bool = False) -> Maps:
+    """Maps for every late layer. When the previous row's split state cuts some layer's held-out input
+    error (with `lag_keys`, or its key error) by at least `lag_gain` (a share; None: never), the split
+    skipped a layer that moves the previous row into each row, and every layer whose held-out input error
+    the previous row lowers at all gets a lagged map (one more d x d product per filled row); otherwise
+    every map reads its own row only. `keys`: layer -> its key projection (key_space.projections), whose
+    held-out key errors each LayerFit reports."""
     stats.check_finite()
     if len(grid) == 0 or not all(np.isfinite(g) and g > 0 for g in grid):
         raise InputError(f"the λ grid must be finite numbers > 0, not {list(grid)}")
@@ -236,7 +239,7 @@ def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blen
     # lagged maps are not blended toward the identity: it is the predictor that drops the previous row,
     # and blending toward it (α 0.82-0.88 at SmolLM2 split 16) gave back most of the retrieval the lag bought
     c_lags = [lag.layer(j, grid, blend=False, keys=keys.get(il)) if lag else None for j, il in enumerate(stats.layers)]
-    lagged = lag is not None and any(_lag_pays(cr, cl, lag_gain) for cr, cl in zip(c_rows, c_lags))
+    lagged = lag is not None and any(_lag_pays(cr, cl, lag_gain, lag_keys) for cr, cl in zip(c_rows, c_lags))
     for j, layer in enumerate(stats.layers):
         sst = heldout_sst(ho, j)
         c_row, c_lag = c_rows[j], c_lags[j]
