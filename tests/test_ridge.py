@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ridgefill.fit import ridge
+from ridgefill.fit import heldout, ridge
 from ridgefill.fit.capture import previous_rows
 from ridgefill.fit.stats import CalibrationStats, Moments, Provenance, StatsError
 from ridgefill.format import ModelIdentity
@@ -77,10 +77,10 @@ def test_grid_sse_matches_direct_formula_and_numpy():
     eig = ridge._Eig(st.train)
     a, mu_y = eig.a_matrix(st.train, 0)
     lams = [1e-3 * eig.scale, 0.1 * eig.scale, 3.0 * eig.scale]
-    fast = ridge.grid_sse(eig, a, mu_y, st.heldout, 0, lams)
+    fast = heldout.grid_sse(eig, a, mu_y, st.heldout, 0, lams)
     for lam, f in zip(lams, fast):
         w, b = eig.solve(a, mu_y, lam)
-        assert f == pytest.approx(ridge.heldout_sse(w, b, st.heldout, 0), rel=1e-9)
+        assert f == pytest.approx(heldout.heldout_sse(w, b, st.heldout, 0), rel=1e-9)
 
 
 def test_closed_form_equals_explicit_ridge():
@@ -190,9 +190,9 @@ def test_best_blend_is_the_minimum_of_the_held_out_parabola():
     w = rng.normal(size=(D, D)) / np.sqrt(D)
     b = rng.normal(size=D)
     ho = st.heldout.head(D)
-    alpha, sse = ridge.best_blend(w, b, ho, 0)
+    alpha, sse = heldout.best_blend(w, b, ho, 0)
     grid = np.linspace(0, 1, 2001)
-    errs = [ridge.heldout_sse(np.eye(D) + a * (w - np.eye(D)), a * b, ho, 0) for a in grid]
+    errs = [heldout.heldout_sse(np.eye(D) + a * (w - np.eye(D)), a * b, ho, 0) for a in grid]
     assert sse == pytest.approx(min(errs), rel=1e-6)
     assert alpha == pytest.approx(grid[int(np.argmin(errs))], abs=1e-3)
 
