@@ -223,11 +223,37 @@ def table(results: dict[str, dict], costs: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def summary(results: dict[str, dict], costs: dict[str, float], layer: int) -> str:
+    """One line per variant: mean R², mean K and V error over the late layers, and one layer's K error."""
+    lines = [f"| maps | mean R² | mean key error | mean value error | layer {layer} key error | map cost |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for k, r in results.items():
+        mean = lambda m: np.mean([v[m] for v in r.values()])
+        lines.append(f"| {k} | {mean('r2'):.4f} | {mean('k_err'):.3f} | {mean('v_err'):.3f} | "
+                     f"{r[layer]['k_err']:.3f} | {costs[k]:.2f} |")
+    return "\n".join(lines)
+
+
 # ---- needles ----------------------------------------------------------------------------------------
 
 def map_inputs(maps: Maps):
     """Overwrite's inputs: the late layers' inputs as `maps` predict them for the filled rows."""
     return lambda rows, lo, hi: {il: y[lo:hi] for il, y in maps.predict(rows[maps.split][:hi]).items()}
+
+
+def fit_all(args, train, held, n_layer, kv, results, costs, tag) -> dict[str, Maps]:
+    """Fit every variant on `train`, recording its held-out errors and cost under name + tag."""
+    fitted: dict[str, Maps] = {}
+    for kind in dict.fromkeys(["row", "lag1", *args.variants]):
+        maps = fit(kind, train, held, args.split, n_layer, args.sinks, args.lam, fitted, kv)
+        fitted[kind] = maps
+        if kind in args.variants:
+            name = kind + tag
+            results[name] = held_out_errors(maps, held, kv, args.sinks)
+            costs[name] = maps.cost(train[0][args.split].shape[1])
+            print(f"{name}: mean R² {np.mean([r['r2'] for r in results[name].values()]):.4f}, "
+                  f"K err {np.mean([r['k_err'] for r in results[name].values()]):.3f}", flush=True)
+    return fitted
 
 
 def main() -> None:
@@ -237,6 +263,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=16384, help="calibration tokens (training + held-out)")
     ap.add_argument("--sinks", type=int, default=4)
     ap.add_argument("--lam", type=float, default=1e-2, help="ridge of the window's reduced-rank regression (× mean eigenvalue)")
+    ap.add_argument("--train-windows", type=int, nargs="+", metavar="N",
+                    help="also fit on the first N training windows only (a learning curve on the same held-out rows)")
     ap.add_argument("--variants", nargs="+", default=["row", "lag1", "w1q256r128", "w4q256r128", "w16q256r128"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache/ridgefill/experiments/windowed-maps")
@@ -252,19 +280,14 @@ def main() -> None:
     train, held = capture(model, args.split, args.tokens, args.threads, args.cache)
     kv = attn_kv(args.model, range(args.split, model.n_layer))
     args.out.mkdir(parents=True, exist_ok=True)
-    fitted: dict[str, Maps] = {}
     results, costs = {}, {}
-    for kind in dict.fromkeys(["row", "lag1", *args.variants]):
-        maps = fit(kind, train, held, args.split, model.n_layer, args.sinks, args.lam, fitted, kv)
-        fitted[kind] = maps
-        if kind in args.variants:
-            results[kind] = held_out_errors(maps, held, kv, args.sinks)
-            costs[kind] = maps.cost(train[0][args.split].shape[1])
-            print(f"{kind}: mean R² {np.mean([r['r2'] for r in results[kind].values()]):.4f}, "
-                  f"K err {np.mean([r['k_err'] for r in results[kind].values()]):.3f}", flush=True)
+    for n_win in sorted(args.train_windows or [], reverse=True) + [len(train)]:
+        fitted = fit_all(args, train[:n_win], held, model.n_layer, kv, results, costs,
+                         "" if n_win == len(train) else f"@{n_win}")
     n_rows = sum(len(w[args.split]) - args.sinks for w in train), sum(len(w[args.split]) - args.sinks for w in held)
-    report = (f"split {args.split}, {n_rows[0]} training rows, {n_rows[1]} held-out rows, λ of the window's RRR "
-              f"{args.lam}\n\n" + table(results, costs) + "\n")
+    report = (f"split {args.split}, {n_rows[0]} training rows ({len(train)} windows; a variant@N is fitted on the "
+              f"first N), {n_rows[1]} held-out rows, λ of the window's RRR {args.lam}\n\n"
+              + summary(results, costs, min(args.split + 4, model.n_layer - 1)) + "\n\n" + table(results, costs) + "\n")
     (args.out / "heldout.md").write_text(report)
     (args.out / "heldout.json").write_text(json.dumps({k: {str(il): v for il, v in r.items()} for k, r in results.items()},
                                                       indent=1))
