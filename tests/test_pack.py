@@ -1,5 +1,7 @@
 """Augmented GGUF: base bytes untouched, maps read back exactly, in the right orientation."""
 
+import os
+
 import gguf
 import numpy as np
 import pytest
@@ -127,6 +129,20 @@ def test_truncated_gguf_is_a_clear_error(smollm2_path, tmp_path):
     cut.write_bytes(smollm2_path.read_bytes()[: 1 << 16])
     with pytest.raises(GGUFError, match="not a readable GGUF"):
         fmt.identity_of(cut)
+
+
+def test_identity_follows_the_file(smollm2_path, tmp_path):
+    """The base's hash is computed once per file state: rewriting the file in place gives the new hash."""
+    copy = tmp_path / "base.gguf"
+    data = bytearray(smollm2_path.read_bytes())
+    copy.write_bytes(data)
+    first = fmt.identity_of(copy)
+    assert fmt.identity_of(copy) == first == fmt.identity_of(smollm2_path)
+    data[-1] ^= 0xFF
+    copy.write_bytes(data)
+    st = copy.stat()
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert fmt.identity_of(copy).base_sha256 != first.base_sha256
 
 
 def test_inspect_plain_gguf_says_no_maps(smollm2_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,7 +35,19 @@ def identity_of(path: str | os.PathLike, reader: gguf.GGUFReader | None = None) 
     n_embd = field(reader, f"{arch}.embedding_length")
     if n_layer is None or n_embd is None:
         raise GGUFError(f"{path}: missing {arch}.block_count or {arch}.embedding_length")
-    return ModelIdentity(arch, int(n_layer), int(n_embd), sha256_file(Path(path)))
+    return ModelIdentity(arch, int(n_layer), int(n_embd), file_sha256(path))
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file, hashed once per process while its inode, size and mtime stay (a fit checks and then
+    packs the same base: a 27B GGUF is tens of seconds of hashing)."""
+    st = os.stat(path)
+    return _sha256(str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _sha256(path: str, ino: int, size: int, mtime_ns: int) -> str:
+    return sha256_file(Path(path))
 
 
 def has_maps(reader: gguf.GGUFReader) -> bool:
