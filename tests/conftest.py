@@ -102,12 +102,14 @@ def sample_text() -> str:
 
 
 def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str = "f32", route_stats: bool = False,
-                      lag_every: int = 0):
+                      lag_every: int = 0, window: tuple[int, int] = (0, 0)):
     """`base` + random, non-symmetric F32 maps (W = I + noise, b = noise) at `split`: (Model, Maps).
 
     Far from the identity, so a wrong or transposed map shows; easy to recompute in numpy.
     `route_stats`: also routing statistics (a random mean, a whitening matrix of random rows).
     `lag_every` k > 0: every k-th late layer's map also reads the previous row (W_prev = noise).
+    `window` (W, rank): a random window projection of rows t-1..t-W, read by every late layer but the
+    second (so some layer reads a window and a previous row, some a window only, one neither).
     """
     import numpy as np
 
@@ -126,6 +128,12 @@ def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str 
                                       for j, l in enumerate(layers)])
     if lag_every:
         maps.weights_prev = (0.05 * rng.normal(size=w.shape)).astype(np.float32)
+    win_rows, rank = window
+    if win_rows:
+        maps.window = (rng.normal(size=(rank, win_rows * d)) / np.sqrt(win_rows * d)).astype(np.float32)
+        maps.weights_window = (0.3 * rng.normal(size=(len(layers), d, rank))).astype(np.float32)
+        for j, f in enumerate(maps.fits):
+            f.window = j != 1
     if route_stats:
         from ridgefill.fit.route import RouteStats
 
@@ -149,14 +157,14 @@ def write_gguf(path, keys: dict, tensors: dict, arch: str = "llama"):
     return path
 
 
-def check_lagged_inputs(model, maps, tokens, split: int, late: list[int], n_batch: int, n_ubatch: int,
-                        sinks: int, tail: int, tol: float = 1e-4) -> None:
-    """Captured inputs of filled late layers = W_l h_s(t) + W_prev,l h_s(t-1) + b_l in numpy, h_s(t-1) being
-    the previous row's split state wherever that row ran (this ubatch, an earlier one, an exact one), and
-    the row's own only at position 0 (the fit's convention, calibrate.previous_rows)."""
+def check_earlier_inputs(model, maps, tokens, split: int, late: list[int], n_batch: int, n_ubatch: int,
+                         sinks: int, tail: int, tol: float = 1e-4) -> None:
+    """Captured inputs of filled late layers = W_l h_s(t) + W_prev,l h_s(t-1) + B_l P [h_s(t-1); ..; h_s(t-W)] + b_l
+    in numpy (lagged maps, window maps), h_s(t-j) being that row's split state wherever it ran (this ubatch, an
+    earlier one, an exact one) and, before position 0, position 0's (the fit's convention, capture.earlier_rows)."""
     import numpy as np
 
-    from ridgefill.fit.capture import previous_rows
+    from ridgefill.fit.capture import earlier_rows
 
     ctx = model.context(n_ctx=1024, n_batch=n_batch, n_ubatch=n_ubatch, threads=2, capture=[split, *late])
     ctx.set_fill("ridge")
@@ -167,13 +175,19 @@ def check_lagged_inputs(model, maps, tokens, split: int, late: list[int], n_batc
     assert hi > lo >= 0
     h = {il: np.concatenate(v) for il, v in rows.items()}
     h_s = h[split].astype(np.float64)
-    h_prev = previous_rows(h_s, 0)
-    n_lagged = 0
+    h_prev = earlier_rows(h_s, 0, 1)
+    stacked = earlier_rows(h_s, 0, maps.window_rows)[lo:hi] if maps.window_rows else None
+    n_earlier = 0
     for il in late:
         j = maps.layers.index(il)
         want = h_s[lo:hi] @ maps.weights[j].T.astype(np.float64) + maps.biases[j]
+        if maps.win(j) is not None:
+            part = stacked @ maps.window.T.astype(np.float64) @ maps.win(j).T.astype(np.float64)
+            assert (np.abs(part).max(1) / np.abs(want).max(1)).min() > 1e-2, "the window term is too small to test"
+            want += part
+            n_earlier += 1
         if maps.prev(j) is not None:
-            n_lagged += 1
+            n_earlier += 1
             w_prev = maps.prev(j).T.astype(np.float64)
             want += h_prev[lo:hi] @ w_prev
             own = want + (h_s[lo:hi] - h_prev[lo:hi]) @ w_prev
@@ -183,7 +197,7 @@ def check_lagged_inputs(model, maps, tokens, split: int, late: list[int], n_batc
         # per row: the first row (BOS) of a fill from position 0 is hundreds of times larger than the others
         err = (np.abs(h[il][lo:hi] - want).max(1) / np.abs(want).max(1)).max()
         assert err < tol, f"layer {il}: relative error {err:.3g}"
-    assert n_lagged > 0
+    assert n_earlier > 0
 
 
 class SharedModels:
@@ -223,11 +237,12 @@ class SharedModels:
         return self._once(("pt-maps", shape, split), lambda: Model(synth.identity_maps(
             self.passthrough_path(shape, split), split, self.root / f"{shape}-pt{split}-maps.gguf")))
 
-    def random_maps(self, shape: str, split: int, seed: int = 0, lag_every: int = 0):
-        """(Model, Maps): the base with random, non-symmetric F32 maps (lagged ones every lag_every layers)."""
-        return self._once(("rand", shape, split, seed, lag_every), lambda: random_maps_model(
-            self.base(shape), split, self.root / f"{shape}-rand{split}-{seed}-lag{lag_every}.gguf", seed=seed,
-            lag_every=lag_every))
+    def random_maps(self, shape: str, split: int, seed: int = 0, lag_every: int = 0, window: tuple[int, int] = (0, 0)):
+        """(Model, Maps): the base with random, non-symmetric F32 maps (lagged ones every lag_every layers, window
+        maps of `window` = (W, rank))."""
+        return self._once(("rand", shape, split, seed, lag_every, window), lambda: random_maps_model(
+            self.base(shape), split, self.root / f"{shape}-rand{split}-{seed}-lag{lag_every}-w{window[0]}r{window[1]}.gguf",
+            seed=seed, lag_every=lag_every, window=window))
 
 
 @pytest.fixture(scope="session")

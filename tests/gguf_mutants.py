@@ -182,6 +182,7 @@ def _structural_mutants(m: _Model, rng) -> list[Mutant]:
         add(f"{key}-bool", key, kvs=_with_key(m, key, True, V.BOOL))
     _route_mutants(m, split, add)
     _prev_mutants(m, split, n_layer, add)
+    _window_mutants(m, split, add)
     return out
 
 
@@ -209,6 +210,37 @@ def _prev_mutants(m: _Model, split: int, n_layer: int, add) -> None:
         add(f"prev-at-{layer}", name, tensors=m.tensors + [_Tensor(name, f32, Q.F32)])
     add(f"prev-at-{n_layer}", "wrong number of tensors",
         tensors=m.tensors + [_Tensor(f"blk.{n_layer}.ridge_map_prev.weight", f32, Q.F32)])
+
+
+def _window_mutants(m: _Model, split: int, add) -> None:
+    """Window maps (blk.{split}.ridge_window.weight, blk.{l}.ridge_map_window.weight), when present."""
+    proj = next((t for t in m.tensors if t.name == f"blk.{split}.ridge_window.weight"), None)
+    maps = [t for t in m.tensors if t.name.endswith(".ridge_map_window.weight")]
+    if proj is None or not maps:
+        return
+    rank, n_in = proj.data.shape
+    d, v0 = maps[0].data.shape[0], maps[0]
+    p32, v32 = proj.data.astype(np.float32), v0.data.astype(np.float32)
+    for t, a32 in ((proj, p32), (v0, v32)):
+        for qt, arr in [(Q.F64, a32.astype(np.float64)), (Q.I32, a32.astype(np.int32)), (Q.BF16, gguf.quants.quantize(a32, Q.BF16))]:
+            add(f"window-type-{qt.name}-{t.name}", t.name, tensors=_replace(m, t.name, _Tensor(t.name, arr, qt)))
+        for bad in (np.nan, np.inf):
+            for qt, dt in ((Q.F32, np.float32), (Q.F16, np.float16)):
+                arr = a32.astype(dt)
+                arr.reshape(-1)[-1] = bad
+                add(f"window-nonfinite-{bad}-{qt.name}-{t.name}", t.name, tensors=_replace(m, t.name, _Tensor(t.name, arr, qt)))
+    # W*d not a multiple of d, W above 16, rank above d, a 3-d projection
+    for shape in [(rank, n_in + 1), (rank, 17 * d), (d + 1, n_in), (2, rank, n_in)]:
+        arr = np.resize(p32, shape).astype(np.float32)
+        add(f"window-shape-{'x'.join(map(str, shape))}", proj.name, tensors=_replace(m, proj.name, _Tensor(proj.name, arr, Q.F32)))
+    for shape in [(d, rank + 1), (d + 1, rank), (rank, d)]:  # rank + 1 columns, d + 1 rows, transposed
+        arr = np.resize(v32, shape).astype(np.float32)
+        add(f"window-map-shape-{'x'.join(map(str, shape))}", v0.name, tensors=_replace(m, v0.name, _Tensor(v0.name, arr, Q.F32)))
+    add("window-projection-missing", proj.name, tensors=_replace(m, proj.name, None))
+    add("window-maps-missing", proj.name, tensors=[t for t in m.tensors if t not in maps])
+    add("window-projection-at-0", "blk.0.ridge_window.weight", tensors=m.tensors + [_Tensor("blk.0.ridge_window.weight", p32, Q.F32)])
+    name = f"blk.{split}.ridge_map_window.weight"
+    add(f"window-map-at-{split}", name, tensors=m.tensors + [_Tensor(name, v32, Q.F32)])
 
 
 def _route_mutants(m: _Model, split: int, add) -> None:

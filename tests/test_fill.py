@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from conftest import check_lagged_inputs
+from conftest import check_earlier_inputs
 
 
 pytestmark = pytest.mark.slow
@@ -132,14 +132,39 @@ def test_lagged_layer_inputs_read_the_previous_row(lagged_maps, prompt, n_batch,
     from the exact sink ubatch to the first filled row."""
     model, maps = lagged_maps
     assert maps.prev(0) is not None and maps.prev(1) is None
-    check_lagged_inputs(model, maps, prompt, SPLIT, [SPLIT + 1, SPLIT + 2, model.n_layer - 1],
-                        n_batch=n_batch, n_ubatch=n_ubatch, sinks=SINKS, tail=TAIL)
+    check_earlier_inputs(model, maps, prompt, SPLIT, [SPLIT + 1, SPLIT + 2, model.n_layer - 1],
+                         n_batch=n_batch, n_ubatch=n_ubatch, sinks=SINKS, tail=TAIL)
 
 
 def test_a_lagged_fill_from_position_0_reads_the_first_row_itself(lagged_maps, prompt):
     """Without sinks the first filled row has no predecessor: it stands for itself, as in the fit."""
     model, maps = lagged_maps
-    check_lagged_inputs(model, maps, prompt, SPLIT, [SPLIT + 1], n_batch=N, n_ubatch=64, sinks=0, tail=TAIL)
+    check_earlier_inputs(model, maps, prompt, SPLIT, [SPLIT + 1], n_batch=N, n_ubatch=64, sinks=0, tail=TAIL)
+
+
+@pytest.fixture(scope="module")
+def window_maps(shared_models):
+    """Real SmolLM2 + random F32 maps that read rows t-1..t-6 through 16 columns, every other one also the
+    previous row through its own map."""
+    return shared_models.random_maps("smollm2", SPLIT, seed=2, lag_every=2, window=(6, 16))
+
+
+@pytest.mark.parametrize("n_batch,n_ubatch", [(N, 64), (128, 50), (N, 4), (N, N)])
+def test_window_layer_inputs_read_the_earlier_rows(window_maps, prompt, n_batch, n_ubatch):
+    """Windows cut by every partition: within a ubatch, across ubatches and decode calls, from the exact
+    sink ubatch, and from several earlier ubatches at once when a ubatch is shorter than the window."""
+    model, maps = window_maps
+    assert maps.win(0) is not None and maps.win(1) is None and maps.prev(2) is not None and maps.prev(3) is None
+    check_earlier_inputs(model, maps, prompt, SPLIT, [SPLIT + 1, SPLIT + 2, SPLIT + 3, SPLIT + 4],
+                         n_batch=n_batch, n_ubatch=n_ubatch, sinks=SINKS, tail=TAIL)
+
+
+def test_a_window_fill_from_position_0_repeats_the_first_row(window_maps, prompt):
+    """Without sinks the first filled rows have fewer than W rows before them: position 0 stands for the
+    rows before it, as in the fit."""
+    model, maps = window_maps
+    check_earlier_inputs(model, maps, prompt, SPLIT, [SPLIT + 1, SPLIT + 4], n_batch=N, n_ubatch=64, sinks=0,
+                         tail=TAIL)
 
 
 def test_fill_errors_are_python_exceptions(smollm2, random_maps):

@@ -9,7 +9,7 @@ rows at s = L (every layer exact, logits skipped), so both runs see the same uba
 import numpy as np
 import pytest
 
-from conftest import check_lagged_inputs
+from conftest import check_earlier_inputs
 
 from ridgefill.bench import synth
 from ridgefill.runtime import Model
@@ -97,5 +97,16 @@ def test_lagged_maps_read_the_previous_row_in_every_branch(shape, text_tokens, s
     lagged maps read the right previous row in the dense, MoE, hybrid and sliding-window branches."""
     split = 12 if shape == "gemma3-270m" else 4
     model, maps = shared_models.random_maps(shape, split, seed=3, lag_every=2)
-    check_lagged_inputs(model, maps, text_tokens[:N], split, [split + 1, split + 2, model.n_layer - 1],
-                        n_batch=256, n_ubatch=64, sinks=SINKS, tail=TAIL)
+    check_earlier_inputs(model, maps, text_tokens[:N], split, [split + 1, split + 2, model.n_layer - 1],
+                         n_batch=256, n_ubatch=64, sinks=SINKS, tail=TAIL)
+
+
+@pytest.mark.parametrize("shape", ["tiny-qwen2", "tiny-qwen3moe", "tiny-qwen35", "gemma3-270m"])
+def test_window_maps_read_the_earlier_rows_in_every_branch(shape, text_tokens, shared_models):
+    """Window maps (rows t-1..t-5, with and beside lagged maps) in the dense, MoE, hybrid and sliding-window
+    branches, with ubatches cut across windows."""
+    split = 12 if shape == "gemma3-270m" else 4
+    model, maps = shared_models.random_maps(shape, split, seed=4, lag_every=3, window=(5, 8))
+    assert maps.prev(2) is None and maps.win(2) is not None  # a layer that reads a window only
+    check_earlier_inputs(model, maps, text_tokens[:N], split, [split + 1, split + 2, split + 3],
+                         n_batch=256, n_ubatch=37, sinks=SINKS, tail=TAIL)

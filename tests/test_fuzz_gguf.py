@@ -62,7 +62,8 @@ print("RAN")
 def augmented(smollm2_path, tmp_path_factory):
     d = tmp_path_factory.mktemp("fuzz")
     base = synth.random_model("tiny-llama", d / "base.gguf", smollm2_path, weight_type="q4_0", n_ctx=2048)
-    model, _ = random_maps_model(base, SPLIT, d / "aug.gguf", seed=1, route_stats=True, lag_every=2)
+    model, _ = random_maps_model(base, SPLIT, d / "aug.gguf", seed=1, route_stats=True, lag_every=2,
+                                window=(3, 4))
     return model.path
 
 

@@ -174,3 +174,48 @@ def test_lagged_maps_pack_and_read_back(smollm2_path, identity, tmp_path):
     maps.weights_prev = maps.weights_prev[:, :, :-1]
     with pytest.raises(fmt.PackError, match="previous-row map shape"):
         fmt.pack(smollm2_path, maps, identity, Provenance(), tmp_path / "bad.gguf")
+
+
+def test_window_maps_pack_and_read_back(smollm2_path, identity, tmp_path):
+    """The window projection goes to the split layer, each window layer's map to blk.{l}.ridge_map_window.weight,
+    in numpy orientation; inspect names the window; the maps file keeps it; bad shapes are refused."""
+    from ridgefill.fit import ridge
+
+    maps = _maps(identity, seed=1)
+    d, rank = identity.n_embd, 8
+    rng = np.random.default_rng(0)
+    maps.window = rng.normal(size=(rank, 3 * d)).astype(np.float32)
+    maps.weights_window = rng.normal(size=(len(maps.layers), d, rank)).astype(np.float32)
+    maps.fits[2].window = True
+    out = fmt.pack(smollm2_path, maps, identity, Provenance(), tmp_path / "win.gguf", map_type="f32")
+    proj, per_layer = fmt.read_window(out)
+    np.testing.assert_array_equal(proj, maps.window)
+    assert sorted(per_layer) == [maps.layers[2]]
+    np.testing.assert_array_equal(per_layer[maps.layers[2]], maps.weights_window[2])
+    info = fmt.inspect(out)
+    assert info["window"] == {"rows": 3, "rank": rank} and info["loads"]
+    assert [r["window"] for r in info["layers"]] == [False, False, True]
+    back, _, _ = ridge.load_maps(ridge.save_maps(tmp_path / "win.npz", maps, identity, Provenance()))
+    assert back.window_rows == 3 and back.win(1) is None
+    np.testing.assert_array_equal(back.win(2), maps.weights_window[2])
+    for window, weights, says in [(maps.window[:, :-1], maps.weights_window, "window projection shape"),
+                                  (np.zeros((rank, 17 * d), np.float32), maps.weights_window, "window projection shape"),
+                                  (maps.window, maps.weights_window[:, :, :-1], "window map shape")]:
+        bad = ridge.Maps(maps.split, maps.layers, maps.weights, maps.biases, maps.fits, window=window,
+                         weights_window=weights)
+        with pytest.raises(fmt.PackError, match=says):
+            fmt.pack(smollm2_path, bad, identity, Provenance(), tmp_path / "bad.gguf")
+
+
+def test_earlier_row_products_count_lagged_maps_and_the_window_share(smollm2_path, identity, tmp_path):
+    """The cost model's `lagged`: one d x d product per lagged map, W*rank/d for the projection and rank/d per
+    window map."""
+    maps = _maps(identity, seed=1)
+    d, rank = identity.n_embd, 16
+    maps.fits[0].lag = True
+    maps.weights_prev = np.zeros_like(maps.weights)
+    maps.window = np.ones((rank, 4 * d), np.float32)
+    maps.weights_window = np.ones((len(maps.layers), d, rank), np.float32)
+    maps.fits[1].window = maps.fits[2].window = True
+    out = fmt.pack(smollm2_path, maps, identity, Provenance(), tmp_path / "cost.gguf")
+    assert fmt.earlier_row_products(out) == pytest.approx(1 + 4 * rank / d + 2 * rank / d)

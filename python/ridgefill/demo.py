@@ -102,7 +102,7 @@ def main(model_name: str = models.DEFAULT_MODEL, threads: int | None = None, ngl
         for mode in reversed(ms):  # ridge first: its slot still holds the last timed (ridge) prompt
             answers[mode] = answer(srv, item.tokens, mode)
     shape = costmodel.Shape.from_model(model)
-    bound = costmodel.bound(shape, item.n_tokens, split, SINKS, TAIL, lagged=fmt.n_lagged(gguf))
+    bound = costmodel.bound(shape, item.n_tokens, split, SINKS, TAIL, lagged=fmt.earlier_row_products(gguf))
     med = {m: statistics.median(v) for m, v in ms.items()}
     print()
     if filled == 0:

@@ -139,10 +139,11 @@ def _full_rows(sh: Shape, layers, lo: int, hi: int) -> float:
 
 
 def prefill_cost(sh: Shape, n: int, split: int | None = None, sinks: int = 0, tail: int = 0,
-                 with_map: bool = True, route: float = 0.0, lagged: int = 0) -> float:
+                 with_map: bool = True, route: float = 0.0, lagged: float = 0) -> float:
     """Multiply-adds of a prompt of n rows; split=None is the exact prefill.
 
-    lagged: late layers whose map also reads the previous row (one more d x d product per filled row).
+    lagged: d x d products per filled row spent on earlier rows (one per lagged map; window maps their
+    share, fmt.earlier_row_products).
 
     route: share of the filled rows routed (route.py): each filled row's leverage costs a d x d
     product, and the routed rows run layers split.. in full again, at positions spread over the
@@ -151,7 +152,7 @@ def prefill_cost(sh: Shape, n: int, split: int | None = None, sinks: int = 0, ta
 
 
 def layer_costs(sh: Shape, lo: int, hi: int, split: int | None = None, sinks: int = 0, tail: int = 0,
-                with_map: bool = True, route: float = 0.0, lagged: int = 0, n: int | None = None) -> list[float]:
+                with_map: bool = True, route: float = 0.0, lagged: float = 0, n: int | None = None) -> list[float]:
     """Per layer, the multiply-adds of the prompt rows [lo, hi) of an n-row prompt (n: hi by default)
     under prefill_cost's fill; the lagged and routing products are charged to the layer after the split."""
     n = hi if n is None else n
@@ -172,7 +173,7 @@ def layer_costs(sh: Shape, lo: int, hi: int, split: int | None = None, sinks: in
 
 
 def bound(sh: Shape, n: int, split: int, sinks: int, tail: int, with_map: bool = True, route: float = 0.0,
-          lagged: int = 0) -> float:
+          lagged: float = 0) -> float:
     """cost_exact / cost_fill: the speed-up a perfect implementation reaches."""
     return prefill_cost(sh, n) / prefill_cost(sh, n, split, sinks, tail, with_map, route, lagged)
 

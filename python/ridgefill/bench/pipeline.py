@@ -32,7 +32,7 @@ class Fill:
     tail: int = 0
     with_map: bool = True
     route: float = 0.0
-    lagged: int = 0
+    lagged: float = 0
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def _local_search(costs, counts: tuple[int, ...]) -> tuple[int, ...]:
     return _counts(cuts, units)
 
 
-def fill_of(mode: str, split: int | None, sinks: int, tail: int, lagged: int = 0) -> Fill:
+def fill_of(mode: str, split: int | None, sinks: int, tail: int, lagged: float = 0) -> Fill:
     """The Fill of a bench mode (exact, identity, ridge, identity@P, ridge@P)."""
     from ..fit.route import parse_mode
 
@@ -187,7 +187,7 @@ class Placer:
     split: int | None
     sinks: int
     tail: int
-    lagged: int = 0
+    lagged: float = 0
     tensor_split: str = "auto"
     ngl: int = -1
 

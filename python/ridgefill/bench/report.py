@@ -30,7 +30,7 @@ class LengthResult:
         return statistics.median(self.ms[mode])
 
 
-def summarize(model, results, shape, split, sinks, tail, threads, modes, maps: int = 0, lagged: int = 0) -> dict:
+def summarize(model, results, shape, split, sinks, tail, threads, modes, maps: int = 0, lagged: float = 0) -> dict:
     rows = []
     for r in results:
         lo, hi = fill_range(r.n_tokens, sinks, tail)

@@ -241,10 +241,11 @@ def map_bytes(model) -> int:
         return 0
 
 
-def lagged_maps(model) -> int:
-    """Late layers whose map also reads the previous row; 0 for a model without maps."""
+def lagged_maps(model) -> float:
+    """The d x d products a filled row's maps spend on earlier rows (fmt.earlier_row_products: one per lagged
+    map, a window's share); 0 for a model without maps."""
     try:
-        return fmt.n_lagged(model)
+        return fmt.earlier_row_products(model)
     except ValueError:
         return 0
 

@@ -55,11 +55,14 @@ def _cmd_inspect(args) -> int:
     for k, v in info["metadata"].items():
         if not isinstance(v, list):
             print(f"ridgefill.{k:18s} {v}")
-    print("layer  type  input  lambda      alpha  R2 ridge  R2 identity  bytes")
+    print("layer  type        input  lambda      alpha  R2 ridge  R2 identity  bytes")
     for row in info["layers"]:
-        print(f"{row['layer']:5d}  {row['type']:4s}  {'lag' if row['previous_row'] else 'row':>5s}  "
+        inputs = "+".join(["row"] + ["lag"] * row["previous_row"] + ["win"] * row.get("window", False))
+        print(f"{row['layer']:5d}  {row['type']:4s}  {inputs:>11s}  "
               f"{_num(row['lambda'], '.3e'):>9s}  {_num(row['blend'], '5.2f'):>5s}  "
               f"{_num(row['r2_ridge'], '8.4f')}  {_num(row['r2_identity'], '11.4f')}  {row['bytes']}")
+    if info["window"]:
+        print(f"window: rows t-1..t-{info['window']['rows']} through {info['window']['rank']} columns")
     print(f"map memory: {info['map_bytes'] / 2**20:.1f} MiB")
     for c in info["checks"]:
         print(f"check {c['name']:15s} {'ok  ' if c['ok'] else 'FAIL'}  {c['message']}")

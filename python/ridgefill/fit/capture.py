@@ -90,12 +90,18 @@ def update_all(layer_input: Callable[[int], np.ndarray], previous: Callable[[int
         mom.update(x, [layer_input(il) for il in range(split + 1, split + 1 + mom.m)])
 
 
+def earlier_rows(h: np.ndarray, start: int, n: int, before: np.ndarray | None = None) -> np.ndarray:
+    """Rows t-1 .. t-n of each row of h[start:], side by side ((rows, n*d)), with `before` (rows before h[0],
+    the end of an earlier chunk of the same window, oldest first) in front. Back from a window's first row,
+    that row stands for the rows before it, as in the fork's fill graph."""
+    c = h if before is None else np.concatenate([before.reshape(-1, h.shape[1]), h])
+    t = np.arange(start, len(h)) + (len(c) - len(h))
+    return np.concatenate([c[np.maximum(t - j, 0)] for j in range(1, n + 1)], axis=1)
+
+
 def previous_rows(h: np.ndarray, start: int, before: np.ndarray | None = None) -> np.ndarray:
-    """The predecessors of rows h[start:]: h shifted down by one row, `before` (the row before h[0],
-    from an earlier chunk of the same window) in front. The window's first row has none and stands for
-    itself, as in the fork's fill graph."""
-    first = h[:1] if before is None else before[None, :]
-    return np.concatenate([first, h[:-1]])[start:]
+    """The predecessors of rows h[start:] (earlier_rows, one row back)."""
+    return earlier_rows(h, start, 1, before)
 
 
 def accumulate(stats: list[CalibrationStats], docs: list[Document], cfg: CaptureConfig,

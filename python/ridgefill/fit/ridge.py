@@ -62,6 +62,7 @@ class LayerFit:
     rel_err_identity: float
     blend: float = 1.0  # α of W = I + α(W_ridge − I); r2_ridge and rel_err_ridge are the blended map's
     lag: bool = False  # the map also reads the previous row's split state (Maps.weights_prev)
+    window: bool = False  # the map also reads the window projection's columns (Maps.weights_window)
     # held-out R² of the per-row map before its blend and of the lagged map, whichever was kept: the two
     # the lag decision compares (its gain is 1 - (1 - r2_lag) / (1 - r2_row))
     r2_row: float | None = None
@@ -82,9 +83,24 @@ class Maps:
     route: RouteStats | None = None  # the split-layer state's routing statistics (None in older files)
     weights_prev: np.ndarray | None = None  # (m, d_out, d_in) maps of the previous row's split state (zero where not fit.lag)
 
+    # window maps: the projection (rank, W*d) of rows t-1..t-W's split states stacked, shared by every late
+    # layer, and each layer's map (m, d_out, rank) of its columns (zero where not fit.window)
+    window: np.ndarray | None = None
+    weights_window: np.ndarray | None = None
+
     def prev(self, j: int) -> np.ndarray | None:
         """The previous-row map of the j-th late layer, None when it reads its own row only."""
         return self.weights_prev[j] if self.weights_prev is not None and self.fits[j].lag else None
+
+    def win(self, j: int) -> np.ndarray | None:
+        """The window map of the j-th late layer, None when it reads no window."""
+        ok = self.window is not None and self.weights_window is not None and self.fits[j].window
+        return self.weights_window[j] if ok else None
+
+    @property
+    def window_rows(self) -> int:
+        """W: the rows before each row that the window projection reads (0 without one)."""
+        return 0 if self.window is None else self.window.shape[1] // self.weights.shape[-1]
 
 
 class _Eig:
@@ -260,6 +276,8 @@ def save_maps(path, maps: Maps, identity, provenance) -> Path:
         arrays["weights_prev"] = maps.weights_prev
     if maps.route is not None:
         arrays.update(route_mean=maps.route.mean, route_whiten=maps.route.whiten)
+    if maps.window is not None:
+        arrays.update(window=maps.window, weights_window=maps.weights_window)
     return save_npz(path, MAPS_FORMAT, meta, arrays)
 
 
@@ -274,7 +292,8 @@ def load_maps(path):
         meta, data = load_npz(path, MAPS_FORMAT)
         route = RouteStats(data["route_mean"], data["route_whiten"]) if "route_mean" in data else None
         maps = Maps(int(meta["split"]), list(meta["layers"]), data["weights"], data["biases"],
-                    [LayerFit(**f) for f in meta["fits"]], route=route, weights_prev=data.get("weights_prev"))
+                    [LayerFit(**f) for f in meta["fits"]], route=route, weights_prev=data.get("weights_prev"),
+                    window=data.get("window"), weights_window=data.get("weights_window"))
         return maps, ModelIdentity(**meta["identity"]), Provenance(**meta["provenance"])
     except (KeyError, TypeError, ValueError) as err:
         raise InputError(f"cannot read maps from {path}: {err}") from None

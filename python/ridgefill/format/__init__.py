@@ -9,8 +9,8 @@ Python (`validate`) and `ridgefill inspect` (`inspection`). The fork's loader re
 from .gguf_io import GGUFError
 from .identity import ModelIdentity, has_maps, identity_of
 from .inspection import inspect
-from .read import n_lagged, read_maps, read_prev_maps, read_route
+from .read import earlier_row_products, n_lagged, read_maps, read_prev_maps, read_route, read_window
 from .write import Defaults, PackError, pack
 
-__all__ = ["Defaults", "GGUFError", "ModelIdentity", "PackError", "has_maps", "identity_of", "inspect", "n_lagged",
-           "pack", "read_maps", "read_prev_maps", "read_route"]
+__all__ = ["Defaults", "GGUFError", "ModelIdentity", "PackError", "earlier_row_products", "has_maps", "identity_of", "inspect", "n_lagged",
+           "pack", "read_maps", "read_prev_maps", "read_route", "read_window"]

@@ -7,9 +7,9 @@ import os
 import numpy as np
 
 from . import validate
-from .gguf_io import GGUFError, open_gguf
+from .gguf_io import GGUFError, field, open_gguf
 from .identity import has_maps
-from .keys import MAP_BIAS, MAP_PREV, PER_LAYER, PREFIX, ROUTE_WHITEN, layer_of
+from .keys import MAP_BIAS, MAP_PREV, MAP_WINDOW, PER_LAYER, PREFIX, ROUTE_WHITEN, WINDOW, layer_of
 
 
 def inspect(path: str | os.PathLike, base: str | os.PathLike | None = None) -> dict:
@@ -23,7 +23,8 @@ def inspect(path: str | os.PathLike, base: str | os.PathLike | None = None) -> d
     for name in sorted((n for n in tensors if n.endswith(".ridge_map.weight")), key=layer_of):
         layer = layer_of(name)
         w, b, p = tensors[name], tensors.get(MAP_BIAS.format(layer)), tensors.get(MAP_PREV.format(layer))
-        nbytes = int(w.n_bytes) + (int(b.n_bytes) if b else 0) + (int(p.n_bytes) if p else 0)
+        v = tensors.get(MAP_WINDOW.format(layer))
+        nbytes = sum(int(t.n_bytes) for t in (w, b, p, v) if t is not None)
         total += nbytes
         layers.append({
             "layer": layer,
@@ -32,12 +33,18 @@ def inspect(path: str | os.PathLike, base: str | os.PathLike | None = None) -> d
             "shape": [int(x) for x in w.shape],
             "bias": b is not None,
             "previous_row": p is not None,
+            "window": v is not None,
             "bytes": nbytes,
         })
     checks = [c.as_dict() for c in validate.check_file(path, base, reader)]
     split = meta.get("split_layer")
     route = isinstance(split, int) and ROUTE_WHITEN.format(split) in tensors
-    return {"path": str(path), "metadata": meta, "layers": layers, "map_bytes": total, "route": route, "checks": checks,
+    proj = tensors.get(WINDOW.format(split)) if isinstance(split, int) else None
+    d = int(field(reader, f"{field(reader, 'general.architecture')}.embedding_length") or 1)
+    window = None if proj is None else {"rows": int(proj.shape[0]) // d, "rank": int(proj.shape[1])}
+    total += 0 if proj is None else int(proj.n_bytes)
+    return {"path": str(path), "metadata": meta, "layers": layers, "map_bytes": total, "route": route, "window": window,
+            "checks": checks,
             "loads": all(c["ok"] for c in checks if c["name"] in validate.LOADER)}
 
 

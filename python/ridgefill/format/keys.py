@@ -35,9 +35,14 @@ PER_LAYER = {"lambda": LAMBDA, "r2_ridge": HELDOUT_R2, "r2_identity": HELDOUT_R2
 MAP_WEIGHT = "blk.{}.ridge_map.weight"
 MAP_BIAS = "blk.{}.ridge_map.bias"
 MAP_PREV = "blk.{}.ridge_map_prev.weight"  # a lagged map's weight on the previous row's split state
+# window maps: on the split layer, a projection (rank, W*d) of the split states of rows t-1..t-W stacked
+# (ggml ne {W*d, rank}); per late layer, the map (d, rank) of its columns
+WINDOW = "blk.{}.ridge_window.weight"
+MAP_WINDOW = "blk.{}.ridge_map_window.weight"
+MAX_WINDOW = 16  # hparams.rf_max_window
 ROUTE_MEAN = "blk.{}.ridge_route.mean"     # on the split layer only
 ROUTE_WHITEN = "blk.{}.ridge_route.whiten"
-MAP_SUFFIXES = ("ridge_map.weight", "ridge_map.bias", "ridge_map_prev.weight")
+MAP_SUFFIXES = ("ridge_map.weight", "ridge_map.bias", "ridge_map_prev.weight", "ridge_map_window.weight")
 
 MAP_TYPES = {"f32": np.float32, "f16": np.float16}  # what `pack` writes a map weight as
 # the loader's supported set (llama_rf_map_type_supported); each is tested through the fill path

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from .gguf_io import GGUFError, field, open_gguf
-from .keys import MAP_BIAS, ROUTE_MEAN, ROUTE_WHITEN, SPLIT_LAYER, layer_of
+from .keys import MAP_BIAS, ROUTE_MEAN, ROUTE_WHITEN, SPLIT_LAYER, WINDOW, layer_of
 
 
 def read_maps(path: str | os.PathLike) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -31,6 +31,21 @@ def n_lagged(path: str | os.PathLike) -> int:
     return sum(t.name.endswith(".ridge_map_prev.weight") for t in open_gguf(path).tensors)
 
 
+def earlier_row_products(path: str | os.PathLike) -> float:
+    """The n_embd x n_embd products a filled row spends on earlier rows (the cost model's `lagged`): one per
+    lagged map, and, in those units, a window's W*n_embd x rank projection and each window map's rank x n_embd."""
+    reader = open_gguf(path)
+    d = int(field(reader, f"{field(reader, 'general.architecture')}.embedding_length") or 0)
+    window = WINDOW.format(field(reader, SPLIT_LAYER))
+    n = 0.0
+    for t in reader.tensors:
+        if t.name.endswith(".ridge_map_prev.weight"):
+            n += 1
+        elif t.name == window or t.name.endswith(".ridge_map_window.weight"):
+            n += float(np.prod([int(x) for x in t.shape])) / (d * d)
+    return n
+
+
 def read_prev_maps(path: str | os.PathLike) -> dict[int, np.ndarray]:
     """{layer: W_prev} (float32, (d_out, d_in)) of the layers whose map also reads the previous row."""
     reader = open_gguf(path)
@@ -47,3 +62,14 @@ def read_route(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray] | None:
     if m is None or w is None:
         return None
     return np.asarray(m.data, np.float32), np.asarray(w.data, np.float32)
+
+
+def read_window(path: str | os.PathLike) -> tuple[np.ndarray, dict[int, np.ndarray]] | None:
+    """(projection (rank, W*d), {layer: window map (d, rank)}) as float32, or None when the GGUF has no window maps."""
+    reader = open_gguf(path)
+    tensors = {t.name: t for t in reader.tensors}
+    proj = tensors.get(WINDOW.format(field(reader, SPLIT_LAYER)))
+    if proj is None:
+        return None
+    return np.asarray(proj.data, np.float32), {layer_of(n): np.asarray(t.data, np.float32)
+                                               for n, t in tensors.items() if n.endswith(".ridge_map_window.weight")}

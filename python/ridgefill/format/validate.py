@@ -19,9 +19,9 @@ import numpy as np
 from ..fetch import sha256_file
 from .gguf_io import field, open_gguf
 from .keys import (BASE_SHA256, FORMAT_VERSION, FORMAT_VERSION_KEY, KEY, MAP_BIAS, MAP_PREV, MAP_SUFFIXES, MAP_WEIGHT,
-                   MAP_WEIGHT_TYPES, PER_LAYER, ROUTE_FRACTION, ROUTE_MEAN, ROUTE_WHITEN, SPLIT_LAYER)
+                   MAP_WEIGHT_TYPES, MAX_WINDOW, PER_LAYER, ROUTE_FRACTION, ROUTE_MEAN, ROUTE_WHITEN, SPLIT_LAYER, WINDOW)
 
-LOADER = ("format_version", "split_layer", "sink_rows", "tail_rows", "maps", "route")
+LOADER = ("format_version", "split_layer", "sink_rows", "tail_rows", "maps", "window", "route")
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ def check_file(path: str | os.PathLike, base: str | os.PathLike | None = None,
                                 bound_name="n_ctx_train"))
     split_ok = isinstance(split, int) and 1 <= split < n_layer
     checks.append(_maps(reader, split if split_ok else None, n_layer, n_embd))
+    checks.append(_window(reader, split if split_ok else None, n_embd))
     checks.append(_route(reader, split if split_ok else None, n_embd))
     checks.append(_finite_stats(reader))
     if base is not None:
@@ -91,7 +92,8 @@ def _in_range(name: str, v, lo: int, hi: int, optional: bool = False, bound_name
 
 
 def _maps(reader, split: int | None, n_layer: int, n_embd: int) -> Check:
-    tensors = {t.name: t for t in reader.tensors if ".ridge_map." in t.name or ".ridge_map_prev." in t.name}
+    tensors = {t.name: t for t in reader.tensors
+               if any(f".ridge_map{k}." in t.name for k in ("", "_prev", "_window"))}
     if split is None:
         return Check("maps", False, f"maps not checked: no valid {SPLIT_LAYER}")
     for name in sorted(tensors):
@@ -110,6 +112,37 @@ def _maps(reader, split: int | None, n_layer: int, n_embd: int) -> Check:
         n_prev += prev is not None
     return Check("maps", True, f"{n_layer - split - 1} maps ({n_prev} also reading the previous row), "
                                f"f32/f16 {n_embd}x{n_embd}, finite")
+
+
+def _window(reader, split: int | None, n_embd: int) -> Check:
+    """Window maps: one projection {W*d, rank} (W in [1, MAX_WINDOW], rank in [1, d]) on the split layer only,
+    each late layer's optional {rank, d} map of its columns (their layers are checked with the maps); both
+    f32 or f16 and finite; a projection without maps and maps without it are refused."""
+    proj = [t for t in reader.tensors if ".ridge_window." in t.name]
+    maps = [t for t in reader.tensors if ".ridge_map_window." in t.name]
+    if not proj and not maps:
+        return Check("window", True, "no window maps")
+    if split is None:
+        return Check("window", False, f"window maps not checked: no valid {SPLIT_LAYER}")
+    name = WINDOW.format(split)
+    for t in proj:
+        if t.name != name:
+            return Check("window", False, f"{t.name}: the window projection belongs to the split layer {split} only")
+    if not proj:
+        return Check("window", False, f"{maps[0].name}: a window map needs the window projection {name}")
+    if not maps:
+        return Check("window", False, f"{name}: a window projection that no map reads")
+    p = proj[0]
+    ne = _ne(p)
+    if len(ne) != 2 or ne[0] % n_embd or not 1 <= ne[0] // n_embd <= MAX_WINDOW or not 1 <= ne[1] <= n_embd:
+        return Check("window", False, f"{name}: shape {ne}, expected [W*{n_embd}, rank] with W in [1, {MAX_WINDOW}] "
+                                      f"and rank in [1, {n_embd}]")
+    for t, shape in [(p, ne)] + [(m, [ne[1], n_embd]) for m in maps]:
+        bad = _tensor_problem(t, shape)
+        if bad:
+            return Check("window", False, bad)
+    return Check("window", True, f"window maps at {len(maps)} layers read rows t-1..t-{ne[0] // n_embd} "
+                                 f"through {ne[1]} columns")
 
 
 def _route(reader, split: int | None, n_embd: int) -> Check:
@@ -154,10 +187,14 @@ def _ne(t) -> list[int]:
 
 
 def _weight_problem(w, d: int) -> str | None:
+    return _tensor_problem(w, [d, d])
+
+
+def _tensor_problem(w, shape: list[int]) -> str | None:
     if w.tensor_type not in MAP_WEIGHT_TYPES:
         return f"{w.name}: type {w.tensor_type.name} is not supported (f32 or f16)"
-    if _ne(w) != [d, d]:
-        return f"{w.name}: shape {_ne(w)}, expected [{d}, {d}]"
+    if _ne(w) != shape:
+        return f"{w.name}: shape {_ne(w)}, expected {shape}"
     if not np.isfinite(np.asarray(w.data)).all():
         return f"{w.name}: non-finite value (NaN or Inf)"
     return None

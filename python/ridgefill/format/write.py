@@ -17,8 +17,8 @@ import numpy as np
 from .gguf_io import GGUFError, copy_gguf, field as _field, open_gguf
 from .identity import ModelIdentity, has_maps, identity_of
 from .keys import (BASE_SHA256, CALIB_TOKENS, CORPUS_HASH, FORMAT_VERSION, FORMAT_VERSION_KEY, HELDOUT_R2,
-                   HELDOUT_R2_IDENTITY, IDENTITY_BLEND, LAMBDA, MAP_BIAS, MAP_PREV, MAP_TYPES, MAP_WEIGHT,
-                   ROUTE_FRACTION, ROUTE_MEAN, ROUTE_WHITEN, SINK_ROWS, SPLIT_LAYER, TAIL_ROWS)
+                   HELDOUT_R2_IDENTITY, IDENTITY_BLEND, LAMBDA, MAP_BIAS, MAP_PREV, MAP_TYPES, MAP_WEIGHT, MAP_WINDOW,
+                   MAX_WINDOW, ROUTE_FRACTION, ROUTE_MEAN, ROUTE_WHITEN, SINK_ROWS, SPLIT_LAYER, TAIL_ROWS, WINDOW)
 
 if TYPE_CHECKING:  # what a fit produces; the format reads only their fields
     from ..fit.ridge import Maps
@@ -63,6 +63,7 @@ def pack(base: str | os.PathLike, maps: "Maps", identity: ModelIdentity, provena
         raise PackError(f"map shapes {maps.weights.shape}/{maps.biases.shape} do not fit n_embd={d}")
     if maps.weights_prev is not None and maps.weights_prev.shape != maps.weights.shape:
         raise PackError(f"previous-row map shape {maps.weights_prev.shape} does not fit n_embd={d}")
+    _check_window(maps, d)
     if maps.layers != list(range(maps.split + 1, identity.n_layer)):
         raise PackError(f"maps cover layers {maps.layers}, expected {maps.split + 1}..{identity.n_layer - 1}")
 
@@ -78,6 +79,10 @@ def pack(base: str | os.PathLike, maps: "Maps", identity: ModelIdentity, provena
         extra.append((MAP_BIAS.format(layer), np.ascontiguousarray(maps.biases[j].astype(np.float32))))
         if maps.prev(j) is not None:
             extra.append((MAP_PREV.format(layer), np.ascontiguousarray(maps.prev(j).astype(MAP_TYPES[map_type]))))
+        if maps.win(j) is not None:
+            extra.append((MAP_WINDOW.format(layer), np.ascontiguousarray(maps.win(j).astype(MAP_TYPES[map_type]))))
+    if maps.window is not None:
+        extra.append((WINDOW.format(maps.split), np.ascontiguousarray(maps.window.astype(MAP_TYPES[map_type]))))
     if maps.route is not None:
         maps.route.check(d)
         extra.append((ROUTE_MEAN.format(maps.split), np.ascontiguousarray(maps.route.mean, np.float32)))
@@ -88,6 +93,25 @@ def pack(base: str | os.PathLike, maps: "Maps", identity: ModelIdentity, provena
         raise PackError("a default route fraction needs routing statistics, and these maps have none (refit them)")
     return copy_gguf(reader, out, add_keys=lambda w: _add_metadata(w, maps, identity, provenance, defaults),
                      extra_tensors=extra)
+
+
+def _check_window(maps: "Maps", d: int) -> None:
+    """A window projection (rank, W*d), W in [1, MAX_WINDOW], rank in [1, d], read by some layer's (d, rank) map."""
+    if maps.window is None:
+        if any(f.window for f in maps.fits):
+            raise PackError("window maps need the window projection, and these maps have none")
+        return
+    rank, n_in = maps.window.shape if maps.window.ndim == 2 else (0, 0)
+    if not (1 <= rank <= d and n_in % d == 0 and 1 <= n_in // d <= MAX_WINDOW):
+        raise PackError(f"window projection shape {maps.window.shape}: expected (rank, W*{d}), W in [1, {MAX_WINDOW}], "
+                        f"rank in [1, {d}]")
+    if maps.weights_window is None or maps.weights_window.shape != (len(maps.layers), d, rank):
+        shape = None if maps.weights_window is None else maps.weights_window.shape
+        raise PackError(f"window map shape {shape} does not fit n_embd={d} and rank {rank}")
+    if not any(f.window for f in maps.fits):
+        raise PackError("a window projection that no layer's map reads")
+    if not (np.isfinite(maps.window).all() and np.isfinite(maps.weights_window).all()):
+        raise PackError("window maps hold a non-finite value")
 
 
 def _add_metadata(writer, maps: "Maps", identity: ModelIdentity, provenance: "Provenance", defaults: Defaults):

@@ -96,10 +96,10 @@ def _summary_row(summary, task, group, metric, pt: Point) -> dict | None:
     return None
 
 
-def row_for(pt: Point, summary: list[dict], shape: costmodel.Shape, ttft: dict | None, lagged: int = 0) -> dict:
+def row_for(pt: Point, summary: list[dict], shape: costmodel.Shape, ttft: dict | None, lagged: float = 0) -> dict:
     """One operating point: speed (bound, measured) and quality (means and intervals per variant).
-    "ridge" in the row is the point's ridge variant (routed or not); `lagged` late layers' maps also read
-    the previous row."""
+    "ridge" in the row is the point's ridge variant (routed or not); `lagged`: the d x d products its maps
+    spend on earlier rows per filled row (fmt.earlier_row_products)."""
     out = {**asdict(pt), "lagged": lagged,
            "bound_ridge": costmodel.bound(shape, pt.n_tokens, pt.split, pt.sinks, pt.tail, route=pt.route, lagged=lagged),
            "bound_identity": costmodel.bound(shape, pt.n_tokens, pt.split, pt.sinks, pt.tail, with_map=False)}

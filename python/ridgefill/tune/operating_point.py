@@ -103,11 +103,12 @@ def stored_summary(work: Path, plan) -> tuple[list[dict], dict]:
     return rows, asdict(plan)
 
 
-def lagged_of(gguf: Path, ttft: dict | None) -> int:
-    """Lagged maps of a candidate: from its GGUF, else from its stored TTFT run (a fresh clone has no GGUFs)."""
+def lagged_of(gguf: Path, ttft: dict | None) -> float:
+    """The d x d products a candidate's maps spend on earlier rows (fmt.earlier_row_products): from its GGUF,
+    else from its stored TTFT run (a fresh clone has no GGUFs)."""
     if gguf.is_file():
-        return fmt.n_lagged(gguf)
-    return int((ttft or {}).get("lagged_maps", 0))
+        return fmt.earlier_row_products(gguf)
+    return float((ttft or {}).get("lagged_maps", 0))
 
 
 def stored_ttft(work: Path, split: int, tail: int) -> dict | None:
