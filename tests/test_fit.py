@@ -238,14 +238,15 @@ def test_sharded_calibration_of_the_real_model_merges_to_the_single_run(smollm2_
 def test_one_capture_feeds_every_split():
     """update_all: the statistics for splits 2 and 3 from one pass equal two single-split passes."""
     from ridgefill.fit.capture import update_all
-    from ridgefill.fit.stats import Moments
+    from ridgefill.fit.stats import MapInputs, Moments
 
     rng = np.random.default_rng(0)
     acts = {il: rng.normal(size=(40, 8)) for il in range(2, 6)}
     prev = {il: rng.normal(size=(40, 8)) for il in range(2, 6)}
-    both = [(2, Moments(16, 3, 8)), (3, Moments(16, 2, 8))]
-    update_all(acts.__getitem__, prev.__getitem__, both)
-    for split, mom in both:
+    both = [(MapInputs(2), Moments(16, 3, 8)), (MapInputs(3), Moments(16, 2, 8))]
+    update_all(acts.__getitem__, lambda s, n: prev[s], both)
+    for inp, mom in both:
+        split = inp.split
         alone = Moments(16, 5 - split, 8)
         alone.update(np.hstack([acts[split], prev[split]]), [acts[il] for il in range(split + 1, 6)])
         for k in ("sum_x", "sum_y", "xtx", "xty", "yy"):

@@ -86,6 +86,15 @@ def positive_float(text: str) -> float:
     return _checked(text, float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
 
 
+def window_rows(text: str) -> int:
+    """Rows back a window map reads: 1..16 (the fork's limit)."""
+    return _checked(text, int, lambda v: 1 <= v <= 16, "rows in [1, 16]", "a row count")
+
+
+def positive_int(text: str) -> int:
+    return _checked(text, int, lambda v: v > 0, "an integer > 0", "an integer")
+
+
 def gpu_layers(text: str) -> int:
     """-ngl N: a layer count >= 0, or -1 (llama.cpp's default: every layer on the devices there are)."""
     return _checked(text, int, lambda v: v >= -1, "N >= 0, or -1 for every layer", "a layer count or -1")

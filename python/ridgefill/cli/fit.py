@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import InputError
-from .args import add_gpu_layers, positive_float, share, shard
+from .args import add_gpu_layers, list_option, positive_float, positive_int, share, shard, window_rows
 
 def _capture_config(args):
     from ..fit.capture import CaptureConfig
@@ -15,10 +15,32 @@ def _capture_config(args):
                          n_gpu_layers=args.n_gpu_layers)
 
 
+def _window(args, cfg):
+    """(basis, W) for window statistics, None without --window-rows: the basis of --basis-from's statistics
+    (stored, else their principal directions), else of a capture of BASIS_TOKENS tokens run first."""
+    from dataclasses import replace
+
+    from ..fit import pipeline
+
+    if not args.window_rows:
+        if args.basis_from:
+            raise InputError("--basis-from needs --window-rows")
+        return None
+    if args.basis_from:
+        src = pipeline.load_stats([args.basis_from])
+        if src.split != cfg.split:
+            raise InputError(f"{args.basis_from} holds split {src.split}'s statistics, not split {cfg.split}'s")
+    else:
+        src = pipeline.calibrate(args.base, replace(cfg, tokens=min(cfg.tokens, pipeline.BASIS_TOKENS), shard=(0, 1)),
+                                 args.corpus, args.backend, args.hf)
+    return pipeline.window_basis(src, args.window_basis), args.window_rows
+
+
 def _cmd_calibrate(args) -> int:
     from ..fit import pipeline
 
-    stats = pipeline.calibrate(args.base, _capture_config(args), args.corpus, args.backend, args.hf)
+    cfg = _capture_config(args)
+    stats = pipeline.calibrate(args.base, cfg, args.corpus, args.backend, args.hf, window=_window(args, cfg))
     stats.save(args.output)
     print(f"{args.output}: {stats.train.n} training rows, {stats.heldout.n} held-out rows, "
           f"layers {stats.layers[0]}..{stats.layers[-1]} from split {stats.split}")
@@ -33,12 +55,14 @@ def _cmd_fit(args) -> int:
     else:
         if args.split is None:
             raise InputError("--split is required unless --stats is given")
-        stats = pipeline.calibrate(args.base, _capture_config(args), args.corpus, args.backend, args.hf)
+        cfg = _capture_config(args)
+        stats = pipeline.calibrate(args.base, cfg, args.corpus, args.backend, args.hf, window=_window(args, cfg))
         if args.stats_out:
             stats.save(args.stats_out)
     maps = pipeline.fit_and_pack(args.base, stats, args.output, args.type, _defaults(args), args.maps_out,
                                  blend=not args.no_identity_blend, lam=args.lam, lag_gain=_lag_gain(args),
-                                 lag_keys=args.lag_keys)
+                                 lag_keys=args.lag_keys, window_gain=args.window_gain, ranks=args.window_ranks,
+                                 on_window=lambda r: print("\n".join(r.lines())))
     for name, prov in (("training", stats.provenance), ("held-out", stats.heldout_provenance)):
         print(f"{name}: {prov.summary()}")
     print(ridge.report(maps))
@@ -86,6 +110,14 @@ def _add_capture_args(p, split_required: bool):
     p.add_argument("--hf", help="HF checkpoint for --backend hf (default: transformers loads the GGUF itself)")
     p.add_argument("--rpc", metavar="HOST:PORT,...", help="capture with the model's layers on these ggml-rpc-servers")
     add_gpu_layers(p)
+    p.add_argument("--window-rows", type=window_rows, metavar="W",
+                   help="also capture window statistics: rows t-1..t-W projected on --window-basis principal "
+                        "directions of the split state, for window maps (a second capture pass)")
+    p.add_argument("--window-basis", type=positive_int, default=128, metavar="Q",
+                   help="principal directions each earlier row is projected on (default 128)")
+    p.add_argument("--basis-from", metavar="STATS",
+                   help="take the window basis from these statistics (every shard of one fit needs the same: "
+                        "give each shard the first shard's file)")
     p.add_argument("--shard", type=shard, default=(0, 1), metavar="I/N",
                    help="process windows I, I+N, ... of the corpus (0 <= I < N): the N shards' statistics, merged "
                         "with `fit --stats`, are the single run's")
@@ -124,6 +156,11 @@ def add_commands(sub) -> None:
                     help="let the held-out error of the keys each layer writes decide the lag too, beside its input's "
                          "(fit prints both per layer)")
     fp.add_argument("--no-lag", action="store_true", help="per-row maps only (no layer reads the previous row)")
+    fp.add_argument("--window-gain", type=share, default=0.05, metavar="G",
+                    help="with window statistics: keep window maps when they cut the held-out error summed over "
+                         "layers by at least this share (default 0.05; 0: whenever they help)")
+    list_option(fp, "--window-ranks", positive_int, default=(32, 64, 128, 256), metavar="R",
+                help="columns of the window projection to try (default 32 64 128 256)")
     _add_pack_args(fp)
     fp.add_argument("-o", "--output", help="augmented GGUF to write")
     fp.set_defaults(func=_cmd_fit)

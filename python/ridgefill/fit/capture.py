@@ -23,7 +23,7 @@ from . import windows as calib_windows
 from ..sources.corpus import Document, corpus_hash
 from ..runtime import supported_archs  # builders that record each layer's input
 from ..format.identity import ModelIdentity
-from .stats import CalibrationStats, Moments, Provenance
+from .stats import MAX_WINDOW, CalibrationStats, MapInputs, Moments, Provenance
 from ..errors import RidgefillError
 
 
@@ -77,17 +77,17 @@ def assign(docs: list[Document], cfg: CaptureConfig) -> tuple[list[Document], li
 
 
 # process(window, moments): run one BOS-led window through a backend and update the moments,
-# given as (split, Moments) pairs: one per split, each fed from the same forward pass (update_all)
-WindowFn = Callable[[np.ndarray, list[tuple[int, Moments]]], None]
+# given as (MapInputs, Moments) pairs: one per split, each fed from the same forward pass (update_all)
+WindowFn = Callable[[np.ndarray, list[tuple[MapInputs, Moments]]], None]
 
 
-def update_all(layer_input: Callable[[int], np.ndarray], previous: Callable[[int], np.ndarray],
-               moms: list[tuple[int, Moments]]) -> None:
+def update_all(layer_input: Callable[[int], np.ndarray], earlier: Callable[[int, int], np.ndarray],
+               moms: list[tuple[MapInputs, Moments]]) -> None:
     """Update each split's moments from one window's layer inputs (rows already past the sinks);
-    previous(split) holds the split layer's input of each row's predecessor (previous_rows)."""
-    for split, mom in moms:
-        x = np.concatenate([layer_input(split), previous(split)], axis=1)
-        mom.update(x, [layer_input(il) for il in range(split + 1, split + 1 + mom.m)])
+    earlier(split, n) holds the split layer's input at rows t-1..t-n of each row (earlier_rows)."""
+    for inp, mom in moms:
+        x = inp.x(layer_input(inp.split), earlier(inp.split, inp.n_earlier))
+        mom.update(x, [layer_input(il) for il in range(inp.split + 1, inp.split + 1 + mom.m)])
 
 
 def earlier_rows(h: np.ndarray, start: int, n: int, before: np.ndarray | None = None) -> np.ndarray:
@@ -131,8 +131,8 @@ def accumulate(stats: list[CalibrationStats], docs: list[Document], cfg: Capture
 
     n_held = int(cfg.tokens * cfg.heldout_frac)
     train_docs, held_docs = assign(docs, cfg)
-    train = run(train_docs, [(st.split, st.train) for st in stats], cfg.tokens - n_held, cfg.seed)
-    held = run(held_docs, [(st.split, st.heldout) for st in stats], n_held, cfg.seed + 1)
+    train = run(train_docs, [(st.inputs, st.train) for st in stats], cfg.tokens - n_held, cfg.seed)
+    held = run(held_docs, [(st.inputs, st.heldout) for st in stats], n_held, cfg.seed + 1)
     for st in stats:
         st.provenance, st.heldout_provenance = train, held
     return stats
@@ -140,9 +140,10 @@ def accumulate(stats: list[CalibrationStats], docs: list[Document], cfg: Capture
 
 def capture_llama(model_path, docs: list[Document], cfg: CaptureConfig, identity: ModelIdentity,
                   progress: Callable[[int], None] | None = None,
-                  splits: list[int] | None = None) -> list[CalibrationStats]:
+                  splits: list[int] | None = None, window: tuple[np.ndarray, int] | None = None) -> list[CalibrationStats]:
     """Run the documents through llama.cpp and accumulate statistics (backend `llama`): one
-    CalibrationStats per split (default [cfg.split]), all from one forward pass per window."""
+    CalibrationStats per split (default [cfg.split]), all from one forward pass per window.
+    `window` (basis, W): window statistics (one split only)."""
     from ..runtime import Model
 
     splits = sorted(set(splits or [cfg.split]))
@@ -153,17 +154,21 @@ def capture_llama(model_path, docs: list[Document], cfg: CaptureConfig, identity
     layers = list(range(splits[0], identity.n_layer))
     ctx = model.context(n_ctx=cfg.window, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch, threads=cfg.threads, capture=layers)
 
-    def process(w: np.ndarray, moms: list[tuple[int, Moments]]) -> None:
+    def process(w: np.ndarray, moms: list[tuple[MapInputs, Moments]]) -> None:
         ctx.clear()
-        last: dict[int, np.ndarray] = {}  # split -> its input at the previous chunk's last row
+        last: dict[int, np.ndarray] = {}  # split -> its input at the previous chunks' last rows
         ctx.prefill(w, on_chunk=lambda c, start, n: _accumulate(c, start, n, cfg.sinks, moms, last))
 
     bos = model.bos if model.add_bos else None
-    stats = [CalibrationStats(identity, s) for s in splits]
+    if window is not None and len(splits) != 1:
+        raise CalibrationError("window statistics are captured for one split at a time")
+    basis, w_rows = window or (None, 0)
+    stats = [CalibrationStats(identity, s, basis=basis, window=w_rows) for s in splits]
     return [check_rows(st, cfg) for st in accumulate(stats, docs, cfg, model.tokenize, bos, "llama", process, progress)]
 
 
-def _accumulate(ctx, start: int, n: int, sinks: int, moms: list[tuple[int, Moments]], last: dict[int, np.ndarray]) -> None:
+def _accumulate(ctx, start: int, n: int, sinks: int, moms: list[tuple[MapInputs, Moments]],
+                last: dict[int, np.ndarray]) -> None:
     k = max(0, sinks - start)
     full: dict[int, np.ndarray] = {}
 
@@ -173,9 +178,10 @@ def _accumulate(ctx, start: int, n: int, sinks: int, moms: list[tuple[int, Momen
         return full[il]
 
     if k < n:
-        update_all(lambda il: rows(il)[k:], lambda s: previous_rows(rows(s), k, last.get(s)), moms)
-    for s, _ in moms:
-        last[s] = rows(s)[-1].copy()
+        update_all(lambda il: rows(il)[k:], lambda s, m: earlier_rows(rows(s), k, m, last.get(s)), moms)
+    for inp, _ in moms:
+        s = inp.split
+        last[s] = rows(s)[-MAX_WINDOW:].copy() if s not in last else np.concatenate([last[s], rows(s)])[-MAX_WINDOW:]
 
 
 def check_rows(stats: CalibrationStats, cfg: CaptureConfig) -> CalibrationStats:

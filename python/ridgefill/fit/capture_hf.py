@@ -12,10 +12,10 @@ from typing import Callable
 
 import numpy as np
 
-from .capture import CaptureConfig, accumulate, check_rows, check_split, previous_rows, update_all
+from .capture import CaptureConfig, accumulate, check_rows, check_split, earlier_rows, update_all
 from ..sources.corpus import Document
 from ..format.identity import ModelIdentity
-from .stats import CalibrationStats, Moments
+from .stats import CalibrationStats, MapInputs, Moments
 from ..errors import InputError
 
 
@@ -61,10 +61,11 @@ def capture_hf(model, tokenize: Callable[[str], np.ndarray], bos: int | None, do
     handles = [layers[il].register_forward_pre_hook(hook(il), with_kwargs=True) for il in wanted]
     device = next(model.parameters()).device
 
-    def process(w: np.ndarray, moms: list[tuple[int, Moments]]) -> None:
+    def process(w: np.ndarray, moms: list[tuple[MapInputs, Moments]]) -> None:
         with torch.no_grad():
             model(torch.tensor(w[None, :].astype(np.int64), device=device))
-        update_all(lambda il: grabbed[il].numpy()[cfg.sinks:], lambda s: previous_rows(grabbed[s].numpy(), cfg.sinks), moms)
+        update_all(lambda il: grabbed[il].numpy()[cfg.sinks:], lambda s, n: earlier_rows(grabbed[s].numpy(), cfg.sinks, n),
+                   moms)
 
     try:
         stats, = accumulate([CalibrationStats(identity, cfg.split)], docs, cfg, tokenize, bos, "hf", process, progress)

@@ -10,12 +10,15 @@ from pathlib import Path
 
 from ..sources import corpus
 from .. import format as fmt
-from . import key_space, ridge
+import numpy as np
+
+from . import key_space, ridge, window_fit
 from .capture import CaptureConfig, capture_llama, check_arch, check_split
 from .stats import CalibrationStats, merge_files
 from ..errors import InputError
 
 
+BASIS_TOKENS = 8192  # tokens of the capture a window basis comes from, when no statistics are given
 RECIPE = 3  # bump when a fit computes something else from the same corpus and settings (2: identity blend, 3: lagged maps)
 
 
@@ -32,15 +35,33 @@ def documents(paths: list[str] | None) -> list[corpus.Document]:
 
 
 def calibrate(base: str | os.PathLike, cfg: CaptureConfig, corpus_paths: list[str] | None = None,
-              backend: str = "llama", hf_path: str | None = None, show_progress: bool = True) -> CalibrationStats:
+              backend: str = "llama", hf_path: str | None = None, show_progress: bool = True,
+              window: tuple[np.ndarray, int] | None = None) -> CalibrationStats:
+    """Statistics for cfg.split; `window` (basis, W): window statistics (window_fit.py)."""
     if backend not in ("llama", "hf"):
         raise InputError(f"unknown capture backend {backend!r} (llama, hf)")
-    return calibrate_splits(base, cfg, [cfg.split], corpus_paths, backend, hf_path, show_progress)[0]
+    if window is not None and backend != "llama":
+        raise InputError("window statistics are captured through llama.cpp (--backend llama)")
+    return calibrate_splits(base, cfg, [cfg.split], corpus_paths, backend, hf_path, show_progress, window)[0]
+
+
+def window_basis(stats: CalibrationStats, q: int) -> np.ndarray:
+    """The basis window statistics project earlier rows on: the one `stats` were captured with, else the top q
+    principal directions (d, q) of the split state over their training rows."""
+    if stats.inputs.basis is not None:
+        return stats.inputs.basis
+    d = stats.identity.n_embd
+    if not 1 <= q <= d:
+        raise InputError(f"a window basis of {q} directions: choose 1..{d} (n_embd)")
+    mom = stats.train.head(d)
+    mu = mom.sum_x / mom.n
+    lam, vec = np.linalg.eigh(mom.xtx / mom.n - np.outer(mu, mu))
+    return np.ascontiguousarray(vec[:, ::-1][:, :q])
 
 
 def calibrate_splits(base: str | os.PathLike, cfg: CaptureConfig, splits: list[int],
                      corpus_paths: list[str] | None = None, backend: str = "llama", hf_path: str | None = None,
-                     show_progress: bool = True) -> list[CalibrationStats]:
+                     show_progress: bool = True, window: tuple[np.ndarray, int] | None = None) -> list[CalibrationStats]:
     """Statistics for several splits from one capture pass (llama backend), in ascending split order."""
     from tqdm import tqdm
 
@@ -55,7 +76,7 @@ def calibrate_splits(base: str | os.PathLike, cfg: CaptureConfig, splits: list[i
             if len(splits) != 1:
                 raise InputError("the hf backend captures one split per pass")
             return [_capture_hf(base, hf_path, docs, replace(cfg, split=splits[0]), identity, bar.update)]
-        return capture_llama(base, docs, cfg, identity, progress=bar.update, splits=splits)
+        return capture_llama(base, docs, cfg, identity, progress=bar.update, splits=splits, window=window)
 
 
 def _capture_hf(base, hf_path, docs, cfg, identity, progress):
@@ -84,12 +105,21 @@ def key_projections(base, stats: CalibrationStats) -> dict:
 
 def fit_and_pack(base, stats: CalibrationStats, out, map_type: str = "f16",
                  defaults: fmt.Defaults = fmt.Defaults(), maps_out=None, blend: bool = True, lam: float | None = None,
-                 lag_gain: float | None = ridge.DEFAULT_LAG_GAIN, lag_keys: bool = False) -> ridge.Maps:
+                 lag_gain: float | None = ridge.DEFAULT_LAG_GAIN, lag_keys: bool = False,
+                 window_gain: float = window_fit.DEFAULT_WINDOW_GAIN,
+                 ranks=window_fit.DEFAULT_RANKS, on_window=None) -> ridge.Maps:
     """Fit, save and fmt. `lam` fixes λ/scale for every layer instead of choosing it on held-out rows;
     `lag_gain` None fits per-row maps only, `lag_keys` lets the keys' held-out error decide the lag too
-    (ridge.fit); each layer's key error is measured through the base's key projections either way."""
-    maps = ridge.fit(stats, blend=blend, grid=ridge.DEFAULT_GRID if lam is None else (lam,), lag_gain=lag_gain,
-                     keys=key_projections(base, stats), lag_keys=lag_keys)
+    (ridge.fit); each layer's key error is measured through the base's key projections either way. Window
+    statistics also get window maps where they pay (window_fit.add_window: `window_gain`, `ranks`); what it
+    tried goes to on_window(WindowReport)."""
+    grid = ridge.DEFAULT_GRID if lam is None else (lam,)
+    keys = key_projections(base, stats)
+    maps = ridge.fit(stats, blend=blend, grid=grid, lag_gain=lag_gain, keys=keys, lag_keys=lag_keys)
+    if stats.inputs.basis is not None:
+        report = window_fit.add_window(maps, stats, grid, keys, window_gain, ranks)
+        if on_window:
+            on_window(report)
     if maps_out:
         ridge.save_maps(maps_out, maps, stats.identity, stats.provenance)
     if out:

@@ -42,6 +42,7 @@ import numpy as np
 
 from . import key_space
 from .heldout import best_blend, grid_sse, heldout_sse, heldout_sst
+from .maps import LayerFit, Maps
 from .route import RouteStats
 from .route import from_moments as route_stats
 from .stats import CalibrationStats, Moments
@@ -49,58 +50,6 @@ from ..errors import InputError
 
 DEFAULT_GRID = tuple(10.0 ** e for e in np.arange(-6.0, 1.01, 0.5))
 DEFAULT_LAG_GAIN = 0.1
-
-
-@dataclass
-class LayerFit:
-    layer: int
-    lam: float  # absolute λ
-    lam_rel: float  # λ / (tr(Cxx)/d)
-    r2_ridge: float  # held-out, map fitted on training statistics only
-    r2_identity: float
-    rel_err_ridge: float  # sqrt(SSE / Σ‖y − μy‖²) on held-out rows
-    rel_err_identity: float
-    blend: float = 1.0  # α of W = I + α(W_ridge − I); r2_ridge and rel_err_ridge are the blended map's
-    lag: bool = False  # the map also reads the previous row's split state (Maps.weights_prev)
-    window: bool = False  # the map also reads the window projection's columns (Maps.weights_window)
-    # held-out R² of the per-row map before its blend and of the lagged map, whichever was kept: the two
-    # the lag decision compares (its gain is 1 - (1 - r2_lag) / (1 - r2_row))
-    r2_row: float | None = None
-    r2_lag: float | None = None
-    # held-out relative error of the keys the layer writes (key_space.py) from the per-row map before its blend
-    # and from the lagged map; None without the layer's key projection
-    k_err_row: float | None = None
-    k_err_lag: float | None = None
-
-
-@dataclass
-class Maps:
-    split: int
-    layers: list[int]
-    weights: np.ndarray  # (m, d_out, d_in), float32, PyTorch Linear orientation
-    biases: np.ndarray  # (m, d_out), float32
-    fits: list[LayerFit]
-    route: RouteStats | None = None  # the split-layer state's routing statistics (None in older files)
-    weights_prev: np.ndarray | None = None  # (m, d_out, d_in) maps of the previous row's split state (zero where not fit.lag)
-
-    # window maps: the projection (rank, W*d) of rows t-1..t-W's split states stacked, shared by every late
-    # layer, and each layer's map (m, d_out, rank) of its columns (zero where not fit.window)
-    window: np.ndarray | None = None
-    weights_window: np.ndarray | None = None
-
-    def prev(self, j: int) -> np.ndarray | None:
-        """The previous-row map of the j-th late layer, None when it reads its own row only."""
-        return self.weights_prev[j] if self.weights_prev is not None and self.fits[j].lag else None
-
-    def win(self, j: int) -> np.ndarray | None:
-        """The window map of the j-th late layer, None when it reads no window."""
-        ok = self.window is not None and self.weights_window is not None and self.fits[j].window
-        return self.weights_window[j] if ok else None
-
-    @property
-    def window_rows(self) -> int:
-        """W: the rows before each row that the window projection reads (0 without one)."""
-        return 0 if self.window is None else self.window.shape[1] // self.weights.shape[-1]
 
 
 class _Eig:
@@ -128,7 +77,7 @@ class _Eig:
 
 
 @dataclass
-class _Candidate:
+class Candidate:
     """One kind of map (per-row or lagged) for one layer: λ chosen, blended, refitted."""
 
     lam_rel: float
@@ -141,7 +90,7 @@ class _Candidate:
     key_sse: float | None = None  # held-out key error (key_space.py) of the map before the blend, fitted on training statistics
 
 
-class _Kind:
+class MapKind:
     """A map input (the first d_in columns of the statistics' x) with its eigendecompositions."""
 
     def __init__(self, tr: Moments, ho: Moments, final: Moments | None, d_in: int):
@@ -150,7 +99,7 @@ class _Kind:
         self.eig = _Eig(self.tr)
         self.final_eig = self.eig if final is None else _Eig(self.final)
 
-    def layer(self, j: int, grid, blend: bool, keys: np.ndarray | None = None) -> _Candidate:
+    def layer(self, j: int, grid, blend: bool, keys: np.ndarray | None = None) -> Candidate:
         """`keys`: the layer's key projection P (key_space.py), to measure the held-out key error too."""
         eig = self.eig
         a, mu_y = eig.a_matrix(self.tr, j)
@@ -164,11 +113,11 @@ class _Kind:
         fa, fmu = self.final_eig.a_matrix(self.final, j)
         w, b = self.final_eig.solve(fa, fmu, grid[best] * self.final_eig.scale)
         eye = np.eye(*w.shape)
-        return _Candidate(float(grid[best]), grid[best] * self.final_eig.scale, alpha, sse, float(errs[best]),
+        return Candidate(float(grid[best]), grid[best] * self.final_eig.scale, alpha, sse, float(errs[best]),
                           eye + alpha * (w - eye), alpha * b, key_sse)
 
 
-def _lag_pays(c_row: _Candidate, c_lag: _Candidate, gain: float, keys: bool) -> bool:
+def _lag_pays(c_row: Candidate, c_lag: Candidate, gain: float, keys: bool) -> bool:
     """The previous row cuts the layer's held-out input error (with `keys`, or its key error) by at least
     `gain` (blend aside: the lagged map against the per-row ridge map, both at their own λ)."""
     if c_lag.sse <= (1.0 - gain) * c_row.sse_plain:
@@ -199,8 +148,8 @@ def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blen
     if refit_all:
         final = copy.deepcopy(tr)
         final += ho
-    row = _Kind(tr, ho, final, d)
-    lag = _Kind(tr, ho, final, 2 * d) if lag_gain is not None and tr.d == 2 * d else None
+    row = MapKind(tr, ho, final, d)
+    lag = MapKind(tr, ho, final, 2 * d) if lag_gain is not None and tr.d >= 2 * d else None
 
     fits, weights, biases = [], np.empty((tr.m, d, d), np.float32), np.empty((tr.m, d), np.float32)
     weights_prev = np.zeros((tr.m, d, d), np.float32)
@@ -240,7 +189,7 @@ def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blen
                 weights_prev=weights_prev if any(f.lag for f in fits) else None)
 
 
-def _key_errors(p, ho: Moments, j: int, c_row: _Candidate, c_lag: _Candidate | None):
+def _key_errors(p, ho: Moments, j: int, c_row: Candidate, c_lag: Candidate | None):
     """(per-row, lagged) held-out relative key errors, None where not measured."""
     if p is None or c_row.key_sse is None:
         return None, None
@@ -250,15 +199,17 @@ def _key_errors(p, ho: Moments, j: int, c_row: _Candidate, c_lag: _Candidate | N
 
 
 def report(maps: Maps) -> str:
-    lines = ["layer  input   λ/scale     α  R² ridge  R² identity  rel.err ridge  rel.err identity  R² row α=1  R² lagged"
-             "  K err row  K err lagged",
-             "-----  -----  --------  ----  --------  -----------  -------------  ----------------  ----------  ---------"
-             "  ---------  ------------"]
+    lines = ["layer        input   λ/scale     α  R² ridge  R² identity  rel.err ridge  rel.err identity  R² row α=1"
+             "  R² lagged  K err row  K err lagged  R² window  K err window",
+             "-----  -----------  --------  ----  --------  -----------  -------------  ----------------  ----------"
+             "  ---------  ---------  ------------  ---------  ------------"]
     num = lambda v: "" if v is None else f"{v:.4f}"
     for f in maps.fits:
-        lines.append(f"{f.layer:5d}  {'lag' if f.lag else 'row':>5}  {f.lam_rel:8.1e}  {f.blend:4.2f}  {f.r2_ridge:8.4f}  "
+        inputs = "+".join(["row"] + ["lag"] * f.lag + ["win"] * f.window)
+        lines.append(f"{f.layer:5d}  {inputs:>11}  {f.lam_rel:8.1e}  {f.blend:4.2f}  {f.r2_ridge:8.4f}  "
                      f"{f.r2_identity:11.4f}  {f.rel_err_ridge:13.4f}  {f.rel_err_identity:16.4f}  "
-                     f"{num(f.r2_row):>10}  {num(f.r2_lag):>9}  {num(f.k_err_row):>9}  {num(f.k_err_lag):>12}")
+                     f"{num(f.r2_row):>10}  {num(f.r2_lag):>9}  {num(f.k_err_row):>9}  {num(f.k_err_lag):>12}  "
+                     f"{num(f.r2_window):>9}  {num(f.k_err_window):>12}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,65 @@
+"""What a fit produces: per late layer, a map of the split layer's state (and, optionally, of earlier rows'),
+with its held-out figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .route import RouteStats
+
+
+@dataclass
+class LayerFit:
+    layer: int
+    lam: float  # absolute λ
+    lam_rel: float  # λ / (tr(Cxx)/d)
+    r2_ridge: float  # held-out, map fitted on training statistics only
+    r2_identity: float
+    rel_err_ridge: float  # sqrt(SSE / Σ‖y − μy‖²) on held-out rows
+    rel_err_identity: float
+    blend: float = 1.0  # α of W = I + α(W_ridge − I); r2_ridge and rel_err_ridge are the blended map's
+    lag: bool = False  # the map also reads the previous row's split state (Maps.weights_prev)
+    window: bool = False  # the map also reads the window projection's columns (Maps.weights_window)
+    # held-out R² of the per-row map before its blend and of the lagged map, whichever was kept: the two
+    # the lag decision compares (its gain is 1 - (1 - r2_lag) / (1 - r2_row))
+    r2_row: float | None = None
+    r2_lag: float | None = None
+    # held-out relative error of the keys the layer writes (key_space.py) from the per-row map before its blend
+    # and from the lagged map; None without the layer's key projection
+    k_err_row: float | None = None
+    k_err_lag: float | None = None
+    # held-out R² and key error of the window map (window_fit.py), where one was fitted for the layer
+    r2_window: float | None = None
+    k_err_window: float | None = None
+
+
+@dataclass
+class Maps:
+    split: int
+    layers: list[int]
+    weights: np.ndarray  # (m, d_out, d_in), float32, PyTorch Linear orientation
+    biases: np.ndarray  # (m, d_out), float32
+    fits: list[LayerFit]
+    route: RouteStats | None = None  # the split-layer state's routing statistics (None in older files)
+    weights_prev: np.ndarray | None = None  # (m, d_out, d_in) maps of the previous row's split state (zero where not fit.lag)
+
+    # window maps: the projection (rank, W*d) of rows t-1..t-W's split states stacked, shared by every late
+    # layer, and each layer's map (m, d_out, rank) of its columns (zero where not fit.window)
+    window: np.ndarray | None = None
+    weights_window: np.ndarray | None = None
+
+    def prev(self, j: int) -> np.ndarray | None:
+        """The previous-row map of the j-th late layer, None when it reads its own row only."""
+        return self.weights_prev[j] if self.weights_prev is not None and self.fits[j].lag else None
+
+    def win(self, j: int) -> np.ndarray | None:
+        """The window map of the j-th late layer, None when it reads no window."""
+        ok = self.window is not None and self.weights_window is not None and self.fits[j].window
+        return self.weights_window[j] if ok else None
+
+    @property
+    def window_rows(self) -> int:
+        """W: the rows before each row that the window projection reads (0 without one)."""
+        return 0 if self.window is None else self.window.shape[1] // self.weights.shape[-1]
