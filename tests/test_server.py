@@ -82,11 +82,14 @@ def test_filled_kv_is_never_reused_for_another_configuration(smollm2_path, promp
     assert b["content"] == ref["content"]
 
 
-def test_lagged_maps_serve_what_the_bindings_fill(shared_models, prompt):
-    """A GGUF whose maps also read the previous row: the server's ridge continuation is the bindings' (same
-    ubatches), an exact request after it is the exact one, and a repeated ridge request is the same again."""
-    model, maps = shared_models.random_maps("smollm2", SPLIT, seed=1, lag_every=2)
+@pytest.mark.parametrize("window", [(0, 0), (6, 16)], ids=["lagged", "lagged+window"])
+def test_lagged_maps_serve_what_the_bindings_fill(shared_models, prompt, window):
+    """A GGUF whose maps also read the previous row (and a window of earlier rows): the server's ridge
+    continuation is the bindings' (same ubatches), an exact request after it is the exact one, and a repeated
+    ridge request is the same again."""
+    model, maps = shared_models.random_maps("smollm2", SPLIT, seed=1 + window[0], lag_every=2, window=window)
     assert fmt.n_lagged(model.path) == sum(f.lag for f in maps.fits) > 0  # the GGUF the server loads has them
+    assert (fmt.read_window(model.path) is not None) == (window[0] > 0)
     ctx = model.context(n_ctx=1024, n_batch=256, n_ubatch=64, threads=2)
     ctx.set_fill("ridge")
     want = model.detokenize(ctx.greedy(prompt, 8, sinks=SINKS, tail=TAIL))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from conftest import check_lagged_inputs, random_maps_model  # tests/ is on PYTHONPATH (test_vulkan._env)
+from conftest import check_earlier_inputs, random_maps_model  # tests/ is on PYTHONPATH (test_vulkan._env)
 from ridgefill.runtime import Model, devices
 
 CTX = dict(n_ctx=512, threads=2)
@@ -44,10 +44,11 @@ def passthrough(spec: dict) -> dict:
 
 
 def lagged(spec: dict) -> dict:
-    """Captured inputs of filled late layers = W h_s(t) + W_prev h_s(t-1) + b (numpy), across ubatches."""
+    """Captured inputs of filled late layers = W h_s(t) + W_prev h_s(t-1) + B P [h_s(t-1); ..; h_s(t-4)] + b
+    (numpy: lagged and window maps), across ubatches."""
     split, toks = spec["split"], spec["tokens"]
-    model, maps = random_maps_model(spec["base"], split, Path(spec["out"]), seed=1, lag_every=2)
-    check_lagged_inputs(model, maps, toks, split, [split + 1, split + 2, model.n_layer - 1], n_batch=len(toks),
+    model, maps = random_maps_model(spec["base"], split, Path(spec["out"]), seed=1, lag_every=2, window=(4, 8))
+    check_earlier_inputs(model, maps, toks, split, [split + 1, split + 2, model.n_layer - 1], n_batch=len(toks),
                         n_ubatch=spec["ubatch"], sinks=spec["sinks"], tail=spec["tail"], tol=spec["input_tol"])
     fill = _prefill(model, toks, "ridge", None, spec["sinks"], spec["tail"], n_batch=len(toks),
                     n_ubatch=spec["ubatch"])
