@@ -134,4 +134,4 @@ def test_a_nan_map_is_refused_at_load(smollm2_path, tmp_path):
     assert not info["loads"]
     assert {c["name"]: c["ok"] for c in info["checks"]} == {
         "format_version": True, "split_layer": True, "sink_rows": True, "tail_rows": True, "maps": False,
-        "route": True, "stats": True, "base_sha256": True}
+        "window": True, "route": True, "stats": True, "base_sha256": True}
