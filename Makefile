@@ -83,7 +83,7 @@ endef
 
 # The same package built with llama.cpp's Vulkan backend, to run the fill, routing and lag graphs on a
 # GPU-style backend: Mesa's software driver (lavapipe) where there is no GPU.
-# Not part of `make test` (a cold build took 39 min on 2 cores beside other work; docs/backend-ops.md).
+# Not part of `make test` (a cold build took 10-39 min on 2 cores beside other work; docs/backend-ops.md).
 VK_VENV := .venv-vulkan
 VK_PKGS := mesa-vulkan-drivers glslc libvulkan-dev spirv-headers
 $(VK_VENV)/.installed: $(BUILD_INPUTS)

@@ -102,11 +102,13 @@ def switch(spec: dict) -> dict:
 
 
 def splits(spec: dict) -> dict:
-    """Exact, ridge (lagged maps), identity and routed prefills, for the scheduler's log (GGML_SCHED_DEBUG=2)."""
+    """Exact, ridge (lagged and window maps), identity and routed prefills, for the scheduler's log
+    (GGML_SCHED_DEBUG=2)."""
     from ridgefill import _core
 
     _core.set_log_level(1)
-    random_maps_model(spec["base"], spec["split"], Path(spec["out"]), seed=3, route_stats=True, lag_every=2)
+    random_maps_model(spec["base"], spec["split"], Path(spec["out"]), seed=3, route_stats=True, lag_every=2,
+                      window=(4, 8))
     model = Model(spec["out"], n_gpu_layers=spec.get("ngl", -1))
     toks = spec["tokens"]
     for mode, p in (("exact", 0.0), ("ridge", 0.0), ("identity", 0.0), ("ridge", 0.25)):
