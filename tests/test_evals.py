@@ -15,6 +15,7 @@ from ridgefill.evals import loss, needle, prefill, profiles, runner, stats
 from ridgefill.evals.session import DEFAULT_VARIANTS, EXACT, EXACT_CUT, Session, Variant
 from ridgefill.evals.store import ResultStore, key_of, read_jsonl
 from ridgefill.format import Defaults
+from ridgefill.evals.ruler import RulerItem
 
 SPLIT = 18
 
@@ -455,3 +456,25 @@ def test_a_sweep_measures_tasks_round_robin():
     items = [SimpleNamespace(task=t, n_tokens=n, id=f"{t}{n}{i}") for t, n, k in (("a", 1, 3), ("b", 1, 2), ("a", 2, 1))
              for i in range(k)]
     assert [it.id for it in interleaved(items)] == ["a10", "b10", "a20", "a11", "b11", "a12"]
+
+
+def test_items_of_every_kind_round_trip_through_json(tmp_path):
+    """Tokens come back int32, row pairs as tuples; a needle file from before `needles` still loads."""
+    toks = np.arange(7, dtype=np.int32)
+    made = {
+        "needle": [needle.NeedleItem(toks, ["42"], "k", (2, 4), needles=[(2, 4)], id="n0")],
+        "loss": [loss.LossItem("d0", "doc", toks)],
+        "ruler": [RulerItem(toks, ["a"], "vt", 16, [(1, 3), (5, 6)], 8, id="r0")],
+    }
+    for kind, its in made.items():
+        items_io.save(tmp_path / f"{kind}.json", kind, its, {})
+        got_kind, back, _ = items_io.load(tmp_path / f"{kind}.json")
+        assert got_kind == kind and back[0].to_dict() == its[0].to_dict()
+        assert back[0].tokens.dtype == np.int32 and np.array_equal(back[0].tokens, toks)
+    _, (r,), _ = items_io.load(tmp_path / "ruler.json")
+    assert r.evidence == [(1, 3), (5, 6)] and r.n_tokens == 16
+    _, (n,), _ = items_io.load(tmp_path / "needle.json")
+    assert n.needle_rows == (2, 4) and n.needles == [(2, 4)] and n.n_tokens == 7
+    old = made["needle"][0].to_dict()
+    del old["needles"]
+    assert needle.NeedleItem.from_dict(old).needles == []

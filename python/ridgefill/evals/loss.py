@@ -11,37 +11,25 @@ mean loss on those tokens and on all scored tokens.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..sources import corpus
 from ..runtime import head_stop
 from ..errors import InputError
+from .token_item import TokenItem
 
 MIN_GAIN = 2.0  # loss_short - loss_full, nats
 MAX_FULL = 2.0  # loss_full, nats
 
 
 @dataclass
-class LossItem:
+class LossItem(TokenItem):
     id: str
     doc: str
     tokens: np.ndarray  # int32, the document's first N tokens (BOS first where the vocab adds one)
     cluster: str = ""
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.tokens)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["tokens"] = [int(t) for t in self.tokens]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "LossItem":
-        return cls(**{**d, "tokens": np.asarray(d["tokens"], dtype=np.int32)})
 
 
 def generate(model, n_tokens: int, n_items: int, seed: int) -> list[LossItem]:

@@ -13,13 +13,14 @@ has to carry it through predicted K/V. Items are generated from a seed and saved
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import haystack
 from .haystack import NOISE  # noqa: F401  (re-exported: the demo's haystack)
 from ..errors import InputError
+from .token_item import TokenItem
 
 TASKS = ("single", "multikey", "multivalue", "multiquery")
 VALUES = ("number", "uuid")
@@ -65,7 +66,7 @@ class TaskSpec:
 
 
 @dataclass
-class NeedleItem:
+class NeedleItem(TokenItem):
     tokens: np.ndarray  # the whole prompt, int32
     answers: list[str]  # values the answer must contain
     key: str  # the (first) key asked
@@ -78,24 +79,8 @@ class NeedleItem:
     n_new: int = 16  # tokens to generate
     cluster: str = ""  # items sharing a source document resample together
 
-    @property
-    def n_tokens(self) -> int:
-        return len(self.tokens)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["tokens"] = [int(t) for t in self.tokens]
-        d["needle_rows"] = list(self.needle_rows)
-        d["needles"] = [list(n) for n in self.needles]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "NeedleItem":
-        d = dict(d)
-        d["tokens"] = np.asarray(d["tokens"], dtype=np.int32)
-        d["needle_rows"] = tuple(d["needle_rows"])
-        d["needles"] = [tuple(n) for n in d.get("needles", [])]
-        return cls(**d)
+    ROW_PAIRS = ("needle_rows",)
+    ROW_PAIR_LISTS = ("needles",)
 
 
 @dataclass

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..token_item import TokenItem
+
 
 @dataclass
-class RulerItem:
+class RulerItem(TokenItem):
     tokens: np.ndarray  # the whole prompt (template, context, question and answer prefix), int32
     answers: list[str]  # what the output must contain (RULER's "outputs")
     task: str  # RULER's name, e.g. "niah_multikey_2"
@@ -18,6 +20,8 @@ class RulerItem:
     id: str = ""
     cluster: str = ""  # items sharing a source document resample together
     meta: dict = field(default_factory=dict)
+
+    ROW_PAIR_LISTS = ("evidence",)
 
     @property
     def n_tokens(self) -> int:
@@ -34,15 +38,3 @@ class RulerItem:
         inside = sum(max(0, min(b, hi) - max(a, lo)) for a, b in self.evidence)
         return inside / total if total else 0.0
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["tokens"] = [int(t) for t in self.tokens]
-        d["evidence"] = [list(e) for e in self.evidence]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "RulerItem":
-        d = dict(d)
-        d["tokens"] = np.asarray(d["tokens"], dtype=np.int32)
-        d["evidence"] = [tuple(e) for e in d["evidence"]]
-        return cls(**d)
