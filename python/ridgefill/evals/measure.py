@@ -20,9 +20,10 @@ from .prefill import Hook
 def needle_record(ctx, item: NeedleItem, sinks: int, tail: int, hook: Hook | None = None) -> dict:
     """Greedy answer after a split prefill, scored with string-match-all (0..100)."""
     t0 = time.perf_counter()
-    head = prefill.run_head(ctx, item.tokens, sinks, tail, hook=hook)
+    head = prefill.run_head(ctx, item.tokens, sinks, tail, hook=hook, evidence=item.needles or [item.needle_rows])
     output = ctx.model.detokenize(prefill.greedy(head, item.n_new))
     return {
+        **head.notes,
         "score": string_match_all(output, item.answers),
         "output": output,
         "answers": item.answers,
@@ -37,9 +38,10 @@ def ruler_record(ctx, item: RulerItem, sinks: int, tail: int, hook: Hook | None 
     metric (0..100); `evidence_filled` is the share of the answers' rows in [sinks, N - tail), the
     rows a fill mode predicts (the same for every mode, so subsets pair)."""
     t0 = time.perf_counter()
-    head = prefill.run_head(ctx, item.tokens, sinks, tail, hook=hook)
+    head = prefill.run_head(ctx, item.tokens, sinks, tail, hook=hook, evidence=item.evidence)
     output = ctx.model.detokenize(prefill.greedy(head, item.n_new))
     return {
+        **head.notes,
         "score": ruler_tasks.score(item, output),
         "output": output,
         "answers": item.answers,
@@ -62,7 +64,7 @@ def loss_record(ctx, item: LossItem, sinks: int, tail: int, distant: list[int] |
     t0 = time.perf_counter()
     head = prefill.run_head(ctx, item.tokens, sinks, tail, hook=hook)
     lp = prefill.tail_logprobs(head)
-    rec = {"n_filled": head.n_filled, "fill_range": list(head.fill_range)}
+    rec = {**head.notes, "n_filled": head.n_filled, "fill_range": list(head.fill_range)}
     if distant is None:
         distant = [int(p) for p in loss.reference(ctx, item, tail, window, lp)]
         rec.update(distant=distant, window=window)

@@ -9,18 +9,20 @@ A prompt of N rows with sinks k and tail T is decoded in two phases:
 
 Between the two a hook may read or overwrite the cache (a splice: replace one component
 of the filled rows with the exact one), so every tail row, and every score, sees it.
-Exact mode runs through the same two phases with an empty fill range.
+Exact mode runs through the same two phases with an empty fill range. A fill head repeated on the same
+context (the next variant of an item) starts from the rows the first one left (head_cache.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
 
 from ..runtime import Context
 from ..errors import InputError
+from .head_cache import HeadCache
 
 
 @dataclass
@@ -34,19 +36,31 @@ class Head:
     n_filled: int
     n_full: int
     seq_id: int = 0
+    evidence: list[tuple[int, int]] | None = None  # [first, end) rows the item's answers are read from
+    notes: dict = field(default_factory=dict)  # what a hook reports into the item's record
 
 
 Hook = Callable[[Head], None]
+HEADS = HeadCache()  # a fill's head, kept for the next variant of the same item
 
 
-def run_head(ctx: Context, tokens, sinks: int, tail: int, seq_id: int = 0, hook: Hook | None = None) -> Head:
+def run_head(ctx: Context, tokens, sinks: int, tail: int, seq_id: int = 0, hook: Hook | None = None,
+             evidence: list[tuple[int, int]] | None = None) -> Head:
     """Clear `seq_id` and decode the head rows without outputs; then call `hook`."""
     tokens = np.asarray(tokens, dtype=np.int32)
     if len(tokens) > ctx.n_ctx:
         raise InputError(f"{len(tokens)} tokens do not fit n_ctx={ctx.n_ctx}")
-    ctx.seq_rm(seq_id)
-    res = ctx.prefill_head(tokens, sinks, tail, seq_id=seq_id)
-    head = Head(ctx, tokens, res.n_tokens, res.fill_range, res.n_filled, res.n_full, seq_id=seq_id)
+    key = HEADS.key_of(ctx, tokens, sinks, tail, seq_id)
+    kept = HEADS.restore(ctx, key) if HEADS.usable(ctx) else None
+    if kept is not None:
+        head = Head(ctx, tokens, kept.stop, kept.fill_range, kept.n_filled, kept.n_full, seq_id, evidence)
+    else:
+        HEADS.forget(ctx)
+        ctx.seq_rm(seq_id)
+        res = ctx.prefill_head(tokens, sinks, tail, seq_id=seq_id)
+        head = Head(ctx, tokens, res.n_tokens, res.fill_range, res.n_filled, res.n_full, seq_id, evidence)
+        if HEADS.usable(ctx) and head.stop > 0:
+            HEADS.keep(ctx, key, head.stop, head.fill_range, head.n_filled, head.n_full)
     if hook is not None:
         hook(head)
     return head

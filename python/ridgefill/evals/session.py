@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..fit.route import mode_name, parse_mode
 from ..runtime import Context, Model
@@ -44,7 +44,8 @@ DEFAULT_VARIANTS = (EXACT, IDENTITY, RIDGE)
 # is llama.cpp's batch-partition noise rather than the fill
 EXACT_CUT = Variant("exact-cut", "identity", all_layers=True)
 REGISTRY: dict[str, Variant] = {v.name: v for v in (*DEFAULT_VARIANTS, EXACT_CUT)}
-PLUGINS = ("ridgefill.evals.splice",)  # modules that register more variants when imported
+PLUGINS = ("ridgefill.evals.splice", "ridgefill.evals.select")  # modules that register variants when imported
+PARSERS: list[Callable[[str], Variant | None]] = []  # make a variant from a parametric name (select.py's)
 
 
 def register(variant: Variant) -> Variant:
@@ -53,6 +54,11 @@ def register(variant: Variant) -> Variant:
         raise InputError(f"variant {variant.name!r}: unknown fill mode {variant.mode!r}")
     REGISTRY[variant.name] = variant
     return variant
+
+
+def register_parser(parse: Callable[[str], Variant | None]) -> None:
+    """Variants whose names carry parameters (`ridge-select5-L8`): `parse` returns one, or None for other names."""
+    PARSERS.append(parse)
 
 
 def _load_plugins() -> None:
@@ -78,6 +84,10 @@ def variants_named(names: Sequence[str]) -> tuple[Variant, ...]:
             REGISTRY.setdefault(n, routed(n))
     if any(n not in REGISTRY for n in names):
         _load_plugins()
+    for n in names:
+        for parse in PARSERS:
+            if n not in REGISTRY:
+                parse(n)
     bad = [n for n in names if n not in REGISTRY]
     if bad:
         raise InputError(f"unknown mode(s) {', '.join(bad)} (one of {', '.join(REGISTRY)})")

@@ -1,0 +1,241 @@
+"""Selection as a splice: the filled rows the prompt's question reads get exact keys and values.
+
+After the head rows of a fill, a variant picks some filled rows and writes their exact K and V (and
+nothing else) into every late layer (split+1 .. L-1), then the tail runs; the exact values are the
+`exact-cut` cache's (splice.py). What it measures is how far a selector of a few rows brings the fill
+towards exact before any of it is built into the fork. Three selectors, by name:
+
+- `ridge-select{q}[-L{l}[+{l}...]][-P{rows}][-{max|avg}{k}|-nopool]`: the top q % of the filled rows by
+  the attention the prompt's last P rows (default 64) pay them at probe layer(s) l (default: the split
+  layer; any layer up to it, whose keys the fill computes exactly), from the layer's own norm, query
+  projection and RoPE over its captured inputs (fit.attention.attention_paid: the largest share any head
+  of any probe row pays a row; over several layers the largest of them), pooled over k neighbouring rows
+  as SnapKV pools (default max over 7; `nopool`: the rows' own scores);
+- `ridge-random{q}`: as many filled rows, uniformly at random (seeded by the prompt): the control;
+- `ridge-evidence[{w}]`: the rows of the item's evidence (what its answers are read from), widened by w
+  rows each side (default 4): the ceiling a perfect selector of those rows reaches.
+
+`identity-...` is the same on identity fill. Each record notes how many rows were chosen and which share
+of the evidence rows inside the fill range they cover. The layer inputs come from one exact pass of the
+whole prompt with every layer up to the split captured, kept for the item's variants.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+from ..fit.attention import attention_layers, attention_paid
+from .prefill import Head
+from .session import Variant, register, register_parser
+from .splice import _EXACT, ROW_PARTS, late_layers, layer_parts, write
+
+PROBE_ROWS = 64
+POOL = ("max", 7)
+EVIDENCE_WIDEN = 4
+_NAME = re.compile(r"^(ridge|identity)-(?:(select|random)(\d+(?:\.\d+)?)|(evidence)(\d+)?)((?:-[A-Za-z0-9+]+)*)$")
+
+
+@dataclass(frozen=True)
+class Selector:
+    kind: str  # select | random | evidence
+    share: float = 0.0  # of the filled rows (select, random)
+    layers: tuple[int, ...] = ()  # probe layers; () = the split layer
+    probe_rows: int = PROBE_ROWS
+    pool: tuple[str, int] = POOL
+    widen: int = EVIDENCE_WIDEN
+
+    def count(self, n_filled: int) -> int:
+        return min(n_filled, math.ceil(self.share * n_filled - 1e-9))
+
+
+def parse(name: str) -> tuple[str, Selector] | None:
+    """(mode, selector) of a selection variant's name; None when the name is not one."""
+    m = _NAME.match(name)
+    if m is None:
+        return None
+    mode, kind, pct, evidence, widen, opts = m.groups()
+    if evidence:
+        if opts:
+            raise InputError(f"{name}: the evidence ceiling takes no options")
+        return mode, Selector("evidence", widen=EVIDENCE_WIDEN if widen is None else int(widen))
+    share = float(pct) / 100
+    if not 0 < share <= 1:
+        raise InputError(f"{name}: the selected share must be a percentage in (0, 100]")
+    sel = Selector(kind, share)
+    for opt in filter(None, opts.split("-")):
+        if kind == "random":
+            raise InputError(f"{name}: the random control takes no options")
+        sel = _option(name, sel, opt)
+    return mode, sel
+
+
+def _option(name: str, sel: Selector, opt: str) -> Selector:
+    from dataclasses import replace
+
+    if re.fullmatch(r"L\d+(\+\d+)*", opt):
+        return replace(sel, layers=tuple(sorted({int(x) for x in opt[1:].split("+")})))
+    if re.fullmatch(r"P\d+", opt) and int(opt[1:]) > 0:
+        return replace(sel, probe_rows=int(opt[1:]))
+    if opt == "nopool":
+        return replace(sel, pool=("none", 1))
+    m = re.fullmatch(r"(max|avg)(\d+)", opt)
+    if m and int(m.group(2)) % 2 == 1:
+        return replace(sel, pool=(m.group(1), int(m.group(2))))
+    raise InputError(f"{name}: unknown option {opt!r} (L<layer>[+<layer>...], P<rows>, max<k>, avg<k> with k odd, "
+                     "nopool)")
+
+
+def pooled(scores: np.ndarray, pool: tuple[str, int]) -> np.ndarray:
+    """Each row's score pooled over the k rows centred on it (zero beyond the ends), as SnapKV pools."""
+    kind, k = pool
+    if kind == "none" or k == 1:
+        return scores
+    pad = np.pad(scores, k // 2)
+    win = np.lib.stride_tricks.sliding_window_view(pad, k)
+    return win.max(1) if kind == "max" else win.mean(1)
+
+
+def top_rows(scores: np.ndarray, lo: int, hi: int, count: int) -> np.ndarray:
+    """The `count` rows of [lo, hi) with the highest scores (earlier rows first among ties), sorted."""
+    order = np.argsort(-scores[lo:hi], kind="stable")[:count]
+    return np.sort(order) + lo
+
+
+class _Probe:
+    """Layer inputs of the last prompt seen (one exact pass, every layer up to the split captured) and the
+    attention scores computed from them, per layer and probe size."""
+
+    def __init__(self):
+        self.key, self.inputs, self.scores = None, {}, {}
+        self._ctx, self._layers = {}, {}
+
+    def scores_of(self, head: Head, layers: tuple[int, ...], probe_rows: int) -> np.ndarray:
+        ctx, split = head.ctx, head.ctx.fill_split
+        bad = [il for il in layers if not 0 <= il <= split]
+        if bad:
+            raise InputError(f"probe layer(s) {bad}: the fill computes keys exactly only up to the split layer {split}")
+        self._capture(head, split)
+        attn = self._attention(ctx.model, split)
+        out = None
+        for il in layers:
+            if il not in attn:
+                raise InputError(f"probe layer {il} of {ctx.model.arch} has no attention")
+            if attn[il].window:
+                raise InputError(f"probe layer {il} attends within a {attn[il].window}-row window: it cannot see "
+                                 "the filled rows from the prompt's end")
+            if (il, probe_rows) not in self.scores:
+                self.scores[il, probe_rows] = attention_paid(attn[il], self.inputs[il], probe_rows)
+            s = self.scores[il, probe_rows]
+            out = s if out is None else np.maximum(out, s)
+        return out
+
+    def _capture(self, head: Head, split: int) -> None:
+        ctx = head.ctx
+        key = (str(ctx.model.path), hashlib.sha1(head.tokens.tobytes()).hexdigest(), split)
+        if key == self.key:
+            return
+        k = (str(ctx.model.path), ctx.n_ctx, ctx.n_batch, ctx.n_ubatch, split)
+        if k not in self._ctx:
+            self._ctx.clear()  # one capture context at a time
+            self._ctx[k] = ctx.model.context(n_ctx=ctx.n_ctx, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch,
+                                             threads=ctx.threads, kv_type=ctx.kv_type, flash_attn=ctx.flash_attn,
+                                             capture=range(split + 1))
+        cap = self._ctx[k]
+        cap.seq_rm(0)
+        n, d = len(head.tokens), ctx.model.n_embd
+        self.inputs = {il: np.empty((n, d), np.float32) for il in range(split + 1)}
+        for start, m in cap.decode_chunks(head.tokens, 0, 0, "none"):
+            for il in range(split + 1):
+                self.inputs[il][start : start + m] = cap.layer_input(il)
+        cap.seq_rm(0)
+        self.key, self.scores = key, {}
+
+    def _attention(self, model, split: int):
+        key = (str(model.path), split)
+        if key not in self._layers:
+            self._layers = {key: attention_layers(model.path, list(range(split + 1)))}
+        return self._layers[key]
+
+
+_PROBE = _Probe()
+
+
+def chosen_rows(head: Head, sel: Selector) -> np.ndarray:
+    lo, hi = head.fill_range
+    if sel.kind == "evidence":
+        if head.evidence is None:
+            raise InputError("the evidence ceiling needs items that record their evidence rows (RULER, needles)")
+        rows = {r for a, b in head.evidence for r in range(a - sel.widen, b + sel.widen)}
+        return np.array(sorted(r for r in rows if lo <= r < hi), dtype=np.int64)
+    count = sel.count(hi - lo)
+    if sel.kind == "random":
+        seed = int.from_bytes(hashlib.sha1(head.tokens.tobytes()).digest()[:8], "little")
+        return np.sort(np.random.default_rng(seed).choice(np.arange(lo, hi), count, replace=False))
+    scores = _PROBE.scores_of(head, sel.layers or (head.ctx.fill_split,), sel.probe_rows)
+    return top_rows(pooled(scores, sel.pool), lo, hi, count)
+
+
+def runs(rows: np.ndarray) -> list[tuple[int, int]]:
+    """Sorted rows as [first, end) runs of consecutive rows."""
+    if len(rows) == 0:
+        return []
+    cut = np.flatnonzero(np.diff(rows) != 1) + 1
+    return [(int(r[0]), int(r[-1]) + 1) for r in np.split(rows, cut)]
+
+
+def check_rows_only(ctx) -> None:
+    """Selection writes K/V rows: a hybrid's late recurrent layers hold one state a sequence, not rows."""
+    kinds = layer_parts(ctx.model)
+    recurrent = [il for il in late_layers(ctx) if kinds[il] != ROW_PARTS]
+    if recurrent:
+        raise InputError(f"selection writes K/V rows, and late layers {recurrent} of {ctx.model.arch} keep a "
+                         "recurrent state that rows cannot be spliced into")
+
+
+def splice_rows(head: Head, rows: np.ndarray) -> None:
+    """Exact K and V in `rows` (positions inside the fill range) of every late layer."""
+    ctx, (lo, _) = head.ctx, head.fill_range
+    layers = late_layers(ctx)
+    exact = _EXACT.get(head, layers)
+    for il in layers:
+        for part in ("k", "v"):
+            for a, b in runs(rows):
+                write(ctx, il, part, exact[il, part][a - lo : b - lo], a, b, head.seq_id)
+
+
+def evidence_share(head: Head, rows: np.ndarray) -> float | None:
+    """Share of the evidence rows inside the fill range that `rows` covers (None: no evidence recorded)."""
+    if head.evidence is None:
+        return None
+    lo, hi = head.fill_range
+    ev = {r for a, b in head.evidence for r in range(max(a, lo), min(b, hi))}
+    return round(len(ev & set(rows.tolist())) / len(ev), 4) if ev else None
+
+
+def hook(sel: Selector):
+    def run(head: Head) -> None:
+        lo, hi = head.fill_range
+        if hi <= lo:
+            return
+        check_rows_only(head.ctx)
+        rows = chosen_rows(head, sel)
+        splice_rows(head, rows)
+        head.notes.update(n_selected=int(len(rows)), evidence_selected=evidence_share(head, rows))
+    return run
+
+
+def variant(name: str) -> Variant | None:
+    parsed = parse(name)
+    if parsed is None:
+        return None
+    mode, sel = parsed
+    return register(Variant(name, mode, hook=hook(sel)))
+
+
+register_parser(variant)
