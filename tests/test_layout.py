@@ -37,24 +37,13 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _type_checking_lines(tree: ast.Module) -> set[int]:
-    lines = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.body:
-                lines.update(range(child.lineno, child.end_lineno + 1))
-    return lines
-
-
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """Modules of the package that `name` imports at run time (TYPE_CHECKING blocks left out)."""
+    """Modules of the package that `name` imports, at run time or for type checking alike: a type-only import is
+    a dependency too (it says what a module reads), so it goes down the layers and closes no circle."""
     tree = ast.parse(path.read_text())
-    skip = _type_checking_lines(tree)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     out = set()
     for node in ast.walk(tree):
-        if getattr(node, "lineno", 0) in skip:
-            continue
         if isinstance(node, ast.ImportFrom):
             base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
             mod = ".".join(p for p in (base, node.module or "") if p)

@@ -325,8 +325,6 @@ def _key_stats(rng, lag_weight=0.3, n_train=6000, n_ho=2000):
 
 
 def test_key_error_from_statistics_equals_direct_sums():
-    from ridgefill.fit import key_space
-
     rng = np.random.default_rng(12)
     x = _lagged(_x(rng, 300)).astype(np.float64)
     y = rng.normal(size=(300, D)) + 2.0
@@ -335,9 +333,9 @@ def test_key_error_from_statistics_equals_direct_sums():
     mom.update(x[120:], [y[120:]])
     p, w, b = rng.normal(size=(5, D)), rng.normal(size=(D, 2 * D)), rng.normal(size=D)
     err = (y - x @ w.T - b) @ p.T
-    assert key_space.heldout_sse(p, w, b, mom, 0) == pytest.approx((err ** 2).sum(), rel=1e-9)
+    assert heldout.heldout_sse(w, b, mom, 0, p) == pytest.approx((err ** 2).sum(), rel=1e-9)
     centred = (y - y.mean(0)) @ p.T
-    assert key_space.heldout_sst(p, mom, 0) == pytest.approx((centred ** 2).sum(), rel=1e-9)
+    assert heldout.heldout_sst(mom, 0, p) == pytest.approx((centred ** 2).sum(), rel=1e-9)
 
 
 def test_the_keys_can_decide_a_lag_the_input_error_does_not_see():

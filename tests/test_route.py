@@ -109,7 +109,7 @@ def _head(ctx, tokens, p, mode="ridge"):
     ctx.seq_rm(0)
     ctx.set_fill(mode)
     ctx.set_route(p)
-    res = ctx.prefill_head(tokens, SINKS, TAIL)
+    res = ctx.prefill_head(tokens, sinks=SINKS, tail=TAIL)
     return res, ctx.routed_count
 
 
@@ -148,7 +148,7 @@ def test_p0_is_todays_fill_bit_for_bit(model, prompt):
     ctx = _ctx(m)
     ctx.set_fill("ridge")
     ctx.seq_rm(0)
-    ctx.prefill_head(prompt, SINKS, TAIL)
+    ctx.prefill_head(prompt, sinks=SINKS, tail=TAIL)
     before = _cache(ctx, m.n_layer, N - TAIL)
     res, routed = _head(ctx, prompt, 0.0)
     assert routed == 0 and res.n_filled == N - TAIL - SINKS

@@ -69,7 +69,7 @@ def route(spec: dict) -> dict:
         ctx = _route_ctx(model, spec)  # a context each: see switch() for one context that changes its fill
         ctx.set_fill("ridge")
         ctx.set_route(p or 0.0)
-        res = ctx.prefill_head(toks, sinks, tail)
+        res = ctx.prefill_head(toks, sinks=sinks, tail=tail)
         assert res.n_filled == n - sinks and ctx.routed_count == (n - sinks if p == 1.0 else 0)
         caches[name] = _cache(ctx, model.n_layer, n)
     ctx = _route_ctx(model, spec)

@@ -22,13 +22,13 @@ from .fit import pipeline
 from .fit.capture import CaptureConfig
 from .evals.needle import single_needle, string_match_all
 from .format import Defaults, identity_of, inspect
-from .runtime import Model
+from .runtime import Model, fill_range
 from .paths import tool_path
 from .serve.server import LlamaServer, ridgefill_flags, ttft_ms
 
 PROMPT_TOKENS = 4096
 SPLIT_DEPTH = 0.6  # split 18 of SmolLM2's 30 layers, 17 of Qwen2.5-Coder-1.5B's 28
-SINKS, TAIL = 4, 1024
+SINKS, TAIL = Defaults().sink_rows, Defaults().tail_rows
 ROWS_PER_WIDTH = 28  # calibration rows per unit of width: SmolLM2's d = 576 takes 16384 (16K rows pin down its maps)
 RUNS = 3
 
@@ -82,7 +82,7 @@ def main(model_name: str = models.DEFAULT_MODEL, threads: int | None = None, ngl
     gguf, split, _ = demo_fit(base, threads, ngl)
     model = Model(gguf, n_gpu_layers=0)  # its tokenizer and shape; the server measures
     item = single_needle(model, PROMPT_TOKENS, depth=0.5, seed=7)
-    lo, hi = SINKS, item.n_tokens - TAIL
+    lo, hi = fill_range(item.n_tokens, SINKS, TAIL)
     assert lo <= item.needle_rows[0] and item.needle_rows[1] <= hi, "needle must lie in the filled region"
 
     log = Path(tempfile.gettempdir()) / "ridgefill-demo-server.log"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from ..errors import InputError
+from ..runtime import fill_range
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,8 @@ def layer_costs(sh: Shape, lo: int, hi: int, split: int | None = None, sinks: in
     """Per layer, the multiply-adds of the prompt rows [lo, hi) of an n-row prompt (n: hi by default)
     under prefill_cost's fill; the lagged and routing products are charged to the layer after the split."""
     n = hi if n is None else n
-    a, b = max(lo, sinks), min(hi, n - tail)  # the filled rows of [lo, hi)
+    f_lo, f_hi = fill_range(n, sinks, tail)
+    a, b = max(lo, f_lo), min(hi, f_hi)  # the filled rows of [lo, hi)
     full = [_full_rows(sh, [il], lo, hi) for il in range(sh.n_layer)]
     if split is None or b <= a:
         return full

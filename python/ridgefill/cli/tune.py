@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from ..evals import profiles
+from ..format import Defaults
 from ..tune import frontier
 from ..tune.operating_point import NoOperatingPoint, check_measured_maps, fit_config, run
 from .args import add_gpu_layers, list_option
@@ -20,7 +21,7 @@ def add_commands(sub) -> None:
     list_option(p, "--tails", int, metavar="T", help="candidate tail rows (default 1024)")
     list_option(p, "--routes", float, metavar="P", help="candidate routed shares in percent of each fill ubatch "
                                                           "(default 0: none; e.g. 0,2,5,10)")
-    p.add_argument("--sinks", type=int, default=4)
+    p.add_argument("--sinks", type=int, default=Defaults.sink_rows)
     list_option(p, "--lengths", int, metavar="N", help="prompt lengths (default 4096)")
     p.add_argument("--budget-needles", type=float, default=5.0, help="needle points ridge may lose against exact")
     p.add_argument("--budget-loss", type=float, default=0.02, help="nats of distant-token loss ridge may add")

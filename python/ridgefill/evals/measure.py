@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from ..runtime import fill_range
 from . import loss, prefill
 from .loss import LossItem
 from .needle import NeedleItem, string_match_all
@@ -45,7 +46,7 @@ def ruler_record(ctx, item: RulerItem, sinks: int, tail: int, hook: Hook | None 
         "score": ruler_tasks.score(item, output),
         "output": output,
         "answers": item.answers,
-        "evidence_filled": round(item.evidence_in(sinks, item.prompt_tokens - tail), 4),
+        "evidence_filled": round(item.evidence_in(*fill_range(item.prompt_tokens, sinks, tail)), 4),
         "prompt_tokens": item.prompt_tokens,
         "n_filled": head.n_filled,
         "fill_range": list(head.fill_range),

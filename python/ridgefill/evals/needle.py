@@ -20,6 +20,7 @@ import numpy as np
 from . import haystack
 from .haystack import NOISE  # noqa: F401  (re-exported: the demo's haystack)
 from ..errors import InputError
+from ..runtime import fill_range
 from .token_item import TokenItem
 
 TASKS = ("single", "multikey", "multivalue", "multiquery")
@@ -145,7 +146,8 @@ def _answers(needles: list[_Needle], keys: list[str]) -> list[str]:
 
 def region(n_tokens: int, sinks: int, tail: int, head: int, foot: int) -> tuple[int, int]:
     """Rows a needle may occupy: inside [k, N-T), after the intro and before the question."""
-    return max(sinks, head), min(n_tokens - tail, n_tokens - foot)
+    lo, hi = fill_range(n_tokens, sinks, tail)
+    return max(lo, head), min(hi, n_tokens - foot)
 
 
 def place(breaks: np.ndarray, base: int, free: int, depths: list[float]) -> list[int]:

@@ -57,7 +57,7 @@ def run_head(ctx: Context, tokens, sinks: int, tail: int, seq_id: int = 0, hook:
     else:
         HEADS.forget(ctx)
         ctx.seq_rm(seq_id)
-        res = ctx.prefill_head(tokens, sinks, tail, seq_id=seq_id)
+        res = ctx.prefill_head(tokens, sinks=sinks, tail=tail, seq_id=seq_id)
         head = Head(ctx, tokens, res.n_tokens, res.fill_range, res.n_filled, res.n_full, seq_id, evidence)
         if HEADS.usable(ctx) and head.stop > 0:
             HEADS.keep(ctx, key, head.stop, head.fill_range, head.n_filled, head.n_full)
@@ -81,7 +81,7 @@ def greedy(head: Head, n_new: int, stop: Sequence[int] = ()) -> list[int]:
     ctx, toks, seq = head.ctx, head.tokens, head.seq_id
     for _ in ctx.decode_chunks(toks[head.stop :], head.stop, seq, "last"):
         pass
-    return ctx.greedy_continue(ctx.logits()[0], len(toks), n_new, seq, stop)
+    return ctx.greedy_continue(ctx.logits()[0], len(toks), n_new, seq_id=seq, stop=stop)
 
 
 def context_hook(fn: Callable[[Context], None]) -> Hook:

@@ -23,6 +23,7 @@ from . import windows as calib_windows
 from ..sources.corpus import Document, corpus_hash
 from ..runtime import supported_archs  # builders that record each layer's input
 from ..format.identity import ModelIdentity
+from ..format.write import Defaults
 from .stats import MAX_WINDOW, CalibrationStats, MapInputs, Moments, Provenance
 from ..errors import RidgefillError
 
@@ -39,7 +40,7 @@ class CaptureConfig:
     window: int = 2048
     min_piece: int = 128  # shortest document piece in a window (calib_windows)
     seed: int = 0  # window sampling
-    sinks: int = 4
+    sinks: int = Defaults.sink_rows
     n_batch: int = 512
     threads: int | None = None
     shard: tuple[int, int] = (0, 1)  # (i, n): this run processes windows i, i+n, i+2n, ...

@@ -1,4 +1,5 @@
-"""A map's held-out squared error, from the held-out statistics alone (Moments), in closed form."""
+"""A map's held-out squared error, from the held-out statistics alone (Moments), in closed form: of the layer's
+input, or of what a projection P of it gives (the keys the layer writes, key_space.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import numpy as np
 from .stats import Moments
 
 
-def heldout_sse(w: np.ndarray, b: np.ndarray, ho: Moments, j: int) -> float:
-    """Σ‖y − Wx − b‖² over held-out rows, from their statistics alone."""
+def heldout_sse(w: np.ndarray, b: np.ndarray, ho: Moments, j: int, p: np.ndarray | None = None) -> float:
+    """Σ‖y − Wx − b‖² over held-out rows, from their statistics alone; with `p`, Σ‖P (y − Wx − b)‖² (needs the
+    held-out Σ y yᵀ, Moments.yyt)."""
+    if p is not None:
+        return _projected_sse(p, w, b, ho, j)
     xty = ho.xty[j]  # Σ x yᵀ, (d_in, d_out)
     sse = ho.yy[j]
     sse -= 2.0 * np.einsum("ij,ji->", w, xty)
@@ -19,9 +23,24 @@ def heldout_sse(w: np.ndarray, b: np.ndarray, ho: Moments, j: int) -> float:
     return float(sse)
 
 
-def heldout_sst(ho: Moments, j: int) -> float:
+def heldout_sst(ho: Moments, j: int, p: np.ndarray | None = None) -> float:
+    """Σ‖y − μy‖² (with `p`: Σ‖P (y − μy)‖²) over the held-out rows: the error of predicting every row by the mean."""
     mu = ho.sum_y[j] / ho.n
-    return float(ho.yy[j] - ho.n * (mu @ mu))
+    if p is None:
+        return float(ho.yy[j] - ho.n * (mu @ mu))
+    pm = p @ mu
+    return float(np.einsum("ij,ij->", p @ ho.yyt[j], p) - ho.n * (pm @ pm))
+
+
+def _projected_sse(p: np.ndarray, w: np.ndarray, b: np.ndarray, ho: Moments, j: int) -> float:
+    a, c = p @ w, p @ b
+    sse = np.einsum("ij,ij->", p @ ho.yyt[j], p)
+    sse -= 2.0 * np.einsum("ij,ji->", a, ho.xty[j] @ p.T)
+    sse -= 2.0 * c @ (p @ ho.sum_y[j])
+    sse += np.einsum("ij,ij->", a @ ho.xtx, a)
+    sse += 2.0 * c @ (a @ ho.sum_x)
+    sse += ho.n * (c @ c)
+    return float(sse)
 
 
 def grid_sse(eig, a: np.ndarray, mu_y: np.ndarray, ho: Moments, j: int, lams) -> np.ndarray:

@@ -7,7 +7,7 @@ into a few directions can cut a layer's key error by a quarter while its input e
 P = W_k diag(g): RoPE rotates a key and its error alike (norms kept), the bias cancels, and rms(y) is taken as
 one scale for every row, which the ratios the fit compares cancel, so this is the key error up to the per-row
 weighting of the RMS norm (and, where a model has them, of per-head key norms). From the held-out statistics
-alone: it needs their Σ y yᵀ (stats.Moments.yyt).
+alone (heldout.py, with P): it needs their Σ y yᵀ (stats.Moments.yyt).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-
-from .stats import Moments
 
 
 def projections(base: str | os.PathLike, layers: list[int]) -> dict[int, np.ndarray]:
@@ -32,22 +30,3 @@ def projections(base: str | os.PathLike, layers: list[int]) -> dict[int, np.ndar
         if k in names and g in names:
             out[il] = tensor_array(reader, k).astype(np.float64) * tensor_array(reader, g).astype(np.float64)[None, :]
     return out
-
-
-def heldout_sse(p: np.ndarray, w: np.ndarray, b: np.ndarray, ho: Moments, j: int) -> float:
-    """Σ‖P (y − W x − b)‖² over the held-out rows of target j."""
-    a, c = p @ w, p @ b
-    sse = np.einsum("ij,ij->", p @ ho.yyt[j], p)
-    sse -= 2.0 * np.einsum("ij,ji->", a, ho.xty[j] @ p.T)
-    sse -= 2.0 * c @ (p @ ho.sum_y[j])
-    sse += np.einsum("ij,ij->", a @ ho.xtx, a)
-    sse += 2.0 * c @ (a @ ho.sum_x)
-    sse += ho.n * (c @ c)
-    return float(sse)
-
-
-def heldout_sst(p: np.ndarray, ho: Moments, j: int) -> float:
-    """Σ‖P (y − μy)‖² over the held-out rows: the key error of predicting every row by the mean."""
-    mu = ho.sum_y[j] / ho.n
-    pm = p @ mu
-    return float(np.einsum("ij,ij->", p @ ho.yyt[j], p) - ho.n * (pm @ pm))

@@ -40,9 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import key_space
 from .heldout import best_blend, grid_sse, heldout_sse, heldout_sst
-from .maps import LayerFit, Maps
+from ..format.maps import LayerFit, Maps
 from .route import RouteStats
 from .route import from_moments as route_stats
 from .stats import CalibrationStats, Moments
@@ -109,7 +108,7 @@ class MapKind:
         w_tr, b_tr = eig.solve(a, mu_y, grid[best] * eig.scale)
         if blend:
             alpha, sse = best_blend(w_tr, b_tr, self.ho, j)
-        key_sse = None if keys is None or self.ho.yyt is None else key_space.heldout_sse(keys, w_tr, b_tr, self.ho, j)
+        key_sse = None if keys is None or self.ho.yyt is None else heldout_sse(w_tr, b_tr, self.ho, j, keys)
         fa, fmu = self.final_eig.a_matrix(self.final, j)
         w, b = self.final_eig.solve(fa, fmu, grid[best] * self.final_eig.scale)
         eye = np.eye(*w.shape)
@@ -193,7 +192,7 @@ def _key_errors(p, ho: Moments, j: int, c_row: Candidate, c_lag: Candidate | Non
     """(per-row, lagged) held-out relative key errors, None where not measured."""
     if p is None or c_row.key_sse is None:
         return None, None
-    sst = key_space.heldout_sst(p, ho, j)
+    sst = heldout_sst(ho, j, p)
     rel = lambda sse: float(np.sqrt(max(sse, 0.0) / sst)) if sst > 0 else None
     return rel(c_row.key_sse), None if c_lag is None or c_lag.key_sse is None else rel(c_lag.key_sse)
 

@@ -15,11 +15,11 @@ seen once), which lie far from μ in this metric. The GGUF stores μ and P on th
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import InputError
+from ..format.maps import RouteStats  # noqa: F401  (re-exported: what from_moments makes)
 from .stats import Moments
 
 ROUTE_EPS = 1e-3
@@ -45,18 +45,6 @@ def parse_mode(name: str) -> tuple[str, float]:
 def mode_name(mode: str, share: float) -> str:
     """The inverse of parse_mode: 'ridge@5' for ('ridge', 0.05), 'ridge' for a share of 0."""
     return mode if share == 0 else f"{mode}@{100 * share:g}"
-
-
-@dataclass
-class RouteStats:
-    mean: np.ndarray  # (d,) float32
-    whiten: np.ndarray  # (d, d) float32, lower triangular: leverage = ‖whiten @ (h − mean)‖²
-
-    def check(self, d: int) -> None:
-        if self.mean.shape != (d,) or self.whiten.shape != (d, d):
-            raise InputError(f"routing statistics of shape {self.mean.shape}/{self.whiten.shape} do not fit n_embd={d}")
-        if not (np.isfinite(self.mean).all() and np.isfinite(self.whiten).all()):
-            raise InputError("routing statistics are not finite")
 
 
 def from_moments(mom: Moments, eps: float = ROUTE_EPS) -> RouteStats:

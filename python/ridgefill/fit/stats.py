@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ import numpy as np
 from ..files import load_npz, save_npz
 from ..format.identity import ModelIdentity
 from ..errors import RidgefillError
+from ..format.maps import Provenance
 
 MAX_WINDOW = 16  # rows back a window map reads (the fork's hparams.rf_max_window)
 
@@ -31,36 +32,6 @@ FORMAT = "ridgefill-stats/3"  # 2: x carries the previous row's split state; 3: 
 
 class StatsError(RidgefillError, ValueError):
     pass
-
-
-@dataclass
-class Provenance:
-    documents: list[str] = field(default_factory=list)
-    kinds: list[str] = field(default_factory=list)  # corpus kind of each document ([] in older files)
-    n_tokens: int = 0
-    corpus_hash: str = ""
-    sinks: int = 0
-    window: int = 0
-    backend: str = ""
-
-    def summary(self) -> str:
-        """'N tokens from D documents (kind count, ...)'."""
-        counts: dict[str, int] = {}
-        for k in self.kinds:
-            counts[k] = counts.get(k, 0) + 1
-        kinds = f" ({', '.join(f'{k} {n}' for k, n in counts.items())})" if counts else ""
-        return f"{self.n_tokens} tokens from {len(self.documents)} documents{kinds}"
-
-    def merged(self, other: "Provenance") -> "Provenance":
-        return Provenance(
-            documents=self.documents + [d for d in other.documents if d not in self.documents],
-            kinds=self.kinds + [k for d, k in zip(other.documents, other.kinds) if d not in self.documents],
-            n_tokens=self.n_tokens + other.n_tokens,
-            corpus_hash=",".join(h for h in (self.corpus_hash, other.corpus_hash) if h),
-            sinks=self.sinks,
-            window=self.window,
-            backend=self.backend if self.backend == other.backend else f"{self.backend}+{other.backend}",
-        )
 
 
 @dataclass(frozen=True, eq=False)

@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import key_space
 from .heldout import heldout_sst
-from .maps import Maps
+from ..format.maps import Maps
 from .ridge import DEFAULT_GRID, Candidate, MapKind
 from .stats import CalibrationStats, Moments
 from ..errors import InputError
@@ -151,7 +150,7 @@ def _keep(maps: Maps, stats: CalibrationStats, w: int, p: np.ndarray, cands: lis
         f.r2_window = 1.0 - c.sse / sst[j]
         pk = keys.get(f.layer)
         if pk is not None and c.key_sse is not None:
-            f.k_err_window = float(np.sqrt(max(c.key_sse, 0.0) / key_space.heldout_sst(pk, ho, j)))
+            f.k_err_window = float(np.sqrt(max(c.key_sse, 0.0) / heldout_sst(ho, j, pk)))
         if c.sse >= base_sse[j]:
             continue
         k = 2 * d if f.lag else d

@@ -2,7 +2,8 @@
 
 Owns every key and tensor name (`keys`, the one definition `write`, `read`, `validate` and
 `inspection` share), GGUF I/O on llama.cpp's own `gguf` package (`gguf_io`), which model a file
-is (`identity`), writing (`write.pack`), reading maps back (`read`), the loader's checks in
+is (`identity`), what a fit produces and a file stores (`maps`: Maps, LayerFit, RouteStats, Provenance),
+writing (`write.pack`), reading maps back (`read`), the loader's checks in
 Python (`validate`) and `ridgefill inspect` (`inspection`). The fork's loader reads the same names.
 """
 

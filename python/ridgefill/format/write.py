@@ -10,19 +10,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from .maps import Maps, Provenance
 from .gguf_io import GGUFError, copy_gguf, field as _field, open_gguf
 from .identity import ModelIdentity, has_maps, identity_of
 from .keys import (BASE_SHA256, CALIB_TOKENS, CORPUS_HASH, FORMAT_VERSION, FORMAT_VERSION_KEY, HELDOUT_R2,
                    HELDOUT_R2_IDENTITY, IDENTITY_BLEND, LAMBDA, MAP_BIAS, MAP_PREV, MAP_TYPES, MAP_WEIGHT, MAP_WINDOW,
                    MAX_WINDOW, ROUTE_FRACTION, ROUTE_MEAN, ROUTE_WHITEN, SINK_ROWS, SPLIT_LAYER, TAIL_ROWS, WINDOW)
-
-if TYPE_CHECKING:  # what a fit produces; the format reads only their fields
-    from ..fit.ridge import Maps
-    from ..fit.stats import Provenance
 
 
 class PackError(GGUFError):
@@ -44,7 +39,7 @@ class Defaults:
                    cls.tail_rows if tail_rows is None else int(tail_rows))
 
 
-def pack(base: str | os.PathLike, maps: "Maps", identity: ModelIdentity, provenance: "Provenance",
+def pack(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, provenance: Provenance,
          out: str | os.PathLike, map_type: str = "f16", defaults: Defaults = Defaults()) -> Path:
     base, out = Path(base), Path(out)
     if map_type not in MAP_TYPES:
@@ -95,7 +90,7 @@ def pack(base: str | os.PathLike, maps: "Maps", identity: ModelIdentity, provena
                      extra_tensors=extra)
 
 
-def _check_window(maps: "Maps", d: int) -> None:
+def _check_window(maps: Maps, d: int) -> None:
     """A window projection (rank, W*d), W in [1, MAX_WINDOW], rank in [1, d], read by some layer's (d, rank) map."""
     if maps.window is None:
         if any(f.window for f in maps.fits):
@@ -114,7 +109,7 @@ def _check_window(maps: "Maps", d: int) -> None:
         raise PackError("window maps hold a non-finite value")
 
 
-def _add_metadata(writer, maps: "Maps", identity: ModelIdentity, provenance: "Provenance", defaults: Defaults):
+def _add_metadata(writer, maps: Maps, identity: ModelIdentity, provenance: Provenance, defaults: Defaults):
     writer.add_uint32(FORMAT_VERSION_KEY, FORMAT_VERSION)
     writer.add_uint32(SPLIT_LAYER, maps.split)
     writer.add_uint32(SINK_ROWS, defaults.sink_rows)

@@ -1,21 +1,17 @@
 """An inference context (ridgefill._core.Context): KV cache, decoding, fill mode, cached rows; its
-prompt-level methods (prefill, greedy, scoring) are split_prefill's orchestration on this context."""
+prompt-level methods (prefill, greedy, scoring) are split_prefill.SplitPrefill's, which it inherits."""
 
 from __future__ import annotations
 
 import os
 from functools import cache
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator
 
 import numpy as np
 
 from .. import _core
-from . import split_prefill
 from ..errors import InputError, LoadError
-from .split_prefill import PrefillResult
-
-if TYPE_CHECKING:
-    from .model import Model
+from .split_prefill import SplitPrefill
 
 
 @cache
@@ -25,12 +21,13 @@ def supported_archs() -> frozenset[str]:
     return frozenset(_core.rf_supported_archs())
 
 
-class Context:
-    """An inference context: KV cache, batch sizes, threads, optional layer-input capture."""
+class Context(SplitPrefill):
+    """An inference context: KV cache, batch sizes, threads, optional layer-input capture; a prompt's split
+    prefill and the scoring on it are SplitPrefill's methods."""
 
     def __init__(
         self,
-        model: "Model",
+        model,  # a runtime.Model
         n_ctx: int = 4096,
         n_batch: int = 2048,
         n_ubatch: int | None = None,
@@ -119,30 +116,6 @@ class Context:
 
     route = property(lambda self: self._c.route)
     routed_count = property(lambda self: self._c.routed_count)  # routed rows since the last reset_fill_counts
-
-    def prefill(self, tokens, pos0: int = 0, seq_id: int = 0, on_chunk=None, sinks: int | None = None,
-                tail: int | None = None, before_tail=None) -> PrefillResult:
-        """split_prefill.prefill on this context."""
-        return split_prefill.prefill(self, tokens, pos0, seq_id, on_chunk, sinks, tail, before_tail)
-
-    def prefill_head(self, tokens, sinks: int | None = None, tail: int | None = None, pos0: int = 0, seq_id: int = 0,
-                     on_chunk=None) -> PrefillResult:
-        """split_prefill.prefill_head on this context."""
-        return split_prefill.prefill_head(self, tokens, sinks, tail, pos0, seq_id, on_chunk)
-
-    def continuation_logprobs(self, prefix, continuation, seq_id: int = 0) -> np.ndarray:
-        """split_prefill.continuation_logprobs on this context."""
-        return split_prefill.continuation_logprobs(self, prefix, continuation, seq_id)
-
-    def greedy(self, prompt, n_new: int, seq_id: int = 0, stop: Sequence[int] = (),
-               sinks: int | None = None, tail: int | None = None) -> list[int]:
-        """split_prefill.greedy on this context."""
-        return split_prefill.greedy(self, prompt, n_new, seq_id, stop, sinks, tail)
-
-    def greedy_continue(self, logits: np.ndarray, pos: int, n_new: int, seq_id: int = 0,
-                        stop: Sequence[int] = ()) -> list[int]:
-        """split_prefill.greedy_continue on this context."""
-        return split_prefill.greedy_continue(self, logits, pos, n_new, seq_id, stop)
 
     def token_logprobs(self, targets) -> np.ndarray:
         """log p(targets[i]) under output row i of the last decode call (float64)."""

@@ -12,9 +12,8 @@ Requests share prefixes (cache_prompt on), half stream, and some are cancelled m
 (the client closes its connection). Per pass: errors, whether the server died, the filled
 share of every fill request (filled rows / rows in its fill range that it processed), for
 every exact request whether an exact prompt explains the prefix it reused, exact
-answers that differ from stock's, server RSS before and after, prompt time per token.
-Then a direct leak check on a 1-slot server: fill, then exact on the same slot, against stock.
-Loopback only; every pass is bounded by --max-seconds.
+answers that differ from stock's, server RSS before and after, prompt time per token. Then a leak check
+on a 1-slot server (fill, then exact on the same slot, against stock). Loopback; passes bounded by --max-seconds.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..runtime import fill_range
 from .server import LlamaServer, ridgefill_flags
 
 N_SLOTS = 4
@@ -138,8 +138,8 @@ def run_pass(srv: LlamaServer, reqs: list[Request], fill_mode: str | None, max_s
 
 def filled_share(o: Outcome) -> float | None:
     """Filled rows / rows of the fill range [sinks, n - tail) that this request processed (not reused)."""
-    n, cached = len(o.req.prompt), int(o.timings.get("cache_n", 0))
-    eligible = max(0, (n - TAIL) - max(SINKS, cached))
+    lo, hi = fill_range(len(o.req.prompt), SINKS, TAIL)
+    eligible = max(0, hi - max(lo, int(o.timings.get("cache_n", 0))))
     if eligible == 0:
         return None
     return int(o.timings.get("ridgefill_filled_n", 0)) / eligible

@@ -41,7 +41,7 @@ def check_routes(routes) -> list[float]:
 
 def plan_from_args(args) -> profiles.Plan:
     return profiles.get(args.profile).with_(
-        lengths=args.lengths or (4096,), tails=args.tails or (1024,), sinks=args.sinks,
+        lengths=args.lengths or (4096,), tails=args.tails or (fmt.Defaults.tail_rows,), sinks=args.sinks,
         needle_tasks=args.needle_tasks, needle_items=args.items, loss_items=args.docs,
         ruler_tasks=getattr(args, "ruler_tasks", None), ruler_items=args.items, tasks=plan_tasks(args))
 

@@ -1,13 +1,57 @@
-"""What a fit produces: per late layer, a map of the split layer's state (and, optionally, of earlier rows'),
-with its held-out figures."""
+"""What a fit produces and a maps file stores: per late layer a map of the split layer's state (and, optionally,
+of earlier rows'), its held-out figures, the split state's routing statistics and the calibration's provenance.
+`fit` computes them; `format` packs them into a GGUF and reads them back."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .route import RouteStats
+from ..errors import InputError
+
+
+@dataclass
+class Provenance:
+    documents: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)  # corpus kind of each document ([] in older files)
+    n_tokens: int = 0
+    corpus_hash: str = ""
+    sinks: int = 0
+    window: int = 0
+    backend: str = ""
+
+    def summary(self) -> str:
+        """'N tokens from D documents (kind count, ...)'."""
+        counts: dict[str, int] = {}
+        for k in self.kinds:
+            counts[k] = counts.get(k, 0) + 1
+        kinds = f" ({', '.join(f'{k} {n}' for k, n in counts.items())})" if counts else ""
+        return f"{self.n_tokens} tokens from {len(self.documents)} documents{kinds}"
+
+    def merged(self, other: "Provenance") -> "Provenance":
+        return Provenance(
+            documents=self.documents + [d for d in other.documents if d not in self.documents],
+            kinds=self.kinds + [k for d, k in zip(other.documents, other.kinds) if d not in self.documents],
+            n_tokens=self.n_tokens + other.n_tokens,
+            corpus_hash=",".join(h for h in (self.corpus_hash, other.corpus_hash) if h),
+            sinks=self.sinks,
+            window=self.window,
+            backend=self.backend if self.backend == other.backend else f"{self.backend}+{other.backend}",
+        )
+
+
+@dataclass
+class RouteStats:
+    mean: np.ndarray  # (d,) float32
+    whiten: np.ndarray  # (d, d) float32, lower triangular: leverage = ‖whiten @ (h − mean)‖²
+
+    def check(self, d: int) -> None:
+        if self.mean.shape != (d,) or self.whiten.shape != (d, d):
+            raise InputError(f"routing statistics of shape {self.mean.shape}/{self.whiten.shape} do not fit n_embd={d}")
+        if not (np.isfinite(self.mean).all() and np.isfinite(self.whiten).all()):
+            raise InputError("routing statistics are not finite")
+
 
 
 @dataclass
