@@ -8,13 +8,19 @@ PY      := $(VENV)/bin/python
 PIP     := $(PY) -m pip --disable-pip-version-check
 EXTRAS  ?= test,hf
 PYTEST_ARGS ?=
+# HOST_OPT=-O1 compiles llama.cpp's host-side code (server, vocabulary, loader) at -O1 for a faster cold build
+# while developing; empty (the default) builds everything with upstream's release flags (docs/development.md)
+HOST_OPT ?=
 
 # the editable install maps each module to its file: a module added, moved or removed needs a reinstall
 MODULES := $(VENV)/.modules
 $(shell mkdir -p $(VENV) && find python/ridgefill -name '*.py' | LC_ALL=C sort > $(MODULES).new && \
   (cmp -s $(MODULES).new $(MODULES) || mv $(MODULES).new $(MODULES)); rm -f $(MODULES).new)
+# a HOST_OPT other than the last build's rebuilds
+$(shell echo "$(HOST_OPT)" > $(VENV)/.host-opt.new && (cmp -s $(VENV)/.host-opt.new $(VENV)/.host-opt || \
+  mv $(VENV)/.host-opt.new $(VENV)/.host-opt); rm -f $(VENV)/.host-opt.new)
 BUILD_INPUTS := pyproject.toml CMakeLists.txt $(wildcard cpp/*) $(wildcard ggml-patches/*.patch) \
-  $(wildcard python/ridgefill/upstream/*.py) $(MODULES)
+  $(wildcard python/ridgefill/upstream/*.py) $(MODULES) $(VENV)/.host-opt
 
 .PHONY: setup deps test test-fast demo patches-apply patches-export check-series clean setup-vulkan test-vulkan setup-cuda
 
@@ -33,7 +39,7 @@ $(VENV)/.deps: pyproject.toml
 $(VENV)/.installed: $(VENV)/.deps $(BUILD_INPUTS)
 	@start=$$(date +%s); \
 	rm -f $(VENV)/lib/python*/site-packages/_ridgefill_editable.pth; \
-	$(PIP) install -q --no-build-isolation -e ".[$(EXTRAS)]"; \
+	$(PIP) install -q --no-build-isolation -C cmake.define.RIDGEFILL_HOST_OPT="$(HOST_OPT)" -e ".[$(EXTRAS)]"; \
 	echo "setup: build + install took $$(( $$(date +%s) - start )) s"
 	touch $@
 

@@ -585,6 +585,8 @@ PYBIND11_MODULE(_core, m) {
     llama_backend_init();
 
     m.def("version", [] { return std::string(llama_version()); }, "libllama version string (identifies the fork)");
+    m.def("build_commit", [] { return std::string(RIDGEFILL_BUILD_COMMIT); },
+          "the upstream commit and the series' hash the fork was built from (as the tools' --version prints it)");
     m.def("system_info", [] { return std::string(llama_print_system_info()); });
     m.def("rf_supported_archs", [] {
         std::vector<std::string> names;

@@ -8,8 +8,11 @@ from ridgefill import runtime
 pytestmark = pytest.mark.slow
 
 
-def test_version_identifies_the_fork():
-    assert runtime.version().endswith("+ridgefill")
+def test_version_identifies_the_fork_and_its_series():
+    from ridgefill.upstream.tree import build_commit
+
+    assert runtime.version() == f"{runtime.version().split(' ')[0]} (commit {build_commit()})"
+    assert runtime.version().split(" ")[0].endswith("+ridgefill")
 
 
 def test_model_info(smollm2):

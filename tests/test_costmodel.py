@@ -1,4 +1,4 @@
-"""The multiply-add cost model behind every printed bound (method.md)."""
+"""The multiply-add cost model behind every printed bound (docs/method.md)."""
 
 import pytest
 

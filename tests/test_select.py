@@ -67,6 +67,7 @@ def test_names_parse_to_selectors_with_their_defaults():
     _, sel = select.parse("identity-select2.5-L8+4-P32-avg5")
     assert (sel.share, sel.layers, sel.probe_rows, sel.pool) == (0.025, (4, 8), 32, ("avg", 5))
     assert select.parse("ridge-select10-nopool")[1].pool == ("none", 1)
+    assert select.parse("ridge-select10-Lall-max15")[1].layers == "all"
     assert select.parse("ridge-random5")[1] == select.Selector("random", 0.05)
     assert select.parse("ridge-evidence")[1] == select.Selector("evidence", widen=4)
     assert select.parse("ridge-evidence0")[1].widen == 0

@@ -17,6 +17,19 @@ def test_server_version_identifies_the_fork():
     assert "+ridgefill" in out.stdout + out.stderr
 
 
+def test_ridgefill_version_prints_the_package_and_the_fork_the_tools_were_built_from():
+    import sys
+
+    from ridgefill import __version__, runtime
+
+    out = subprocess.run([sys.executable, "-m", "ridgefill", "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    server = subprocess.run([str(tool("llama-server")), "--version"], capture_output=True, text=True, timeout=60)
+    commit = runtime.version().split("(commit ")[1].rstrip(")")
+    assert out.stdout.splitlines() == [f"ridgefill {__version__}", f"llama.cpp fork: {runtime.version()}"]
+    assert f"commit {commit}" in server.stdout + server.stderr  # the tools and the bindings: one build
+
+
 def test_bench_help_identifies_the_fork_and_lists_flags():
     out = subprocess.run([str(tool("llama-bench")), "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0

@@ -21,6 +21,7 @@ def _cmd_demo(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ridgefill", description="Split prefill for llama.cpp with closed-form ridge maps.")
+    ap.add_argument("--version", action=_Version, help="print the package's version and the fork's, and exit")
     sub = ap.add_subparsers(dest="cmd", required=True)
     for group in (model_commands, fit, bench):
         group.add_commands(sub)
@@ -36,6 +37,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_gpu_layers(dm)
     dm.set_defaults(func=_cmd_demo)
     return ap
+
+
+class _Version(argparse.Action):
+    """`ridgefill --version`: the package, and the llama.cpp fork its bindings were built from."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .. import __version__
+
+        try:
+            from ..runtime import version
+
+            fork = version()
+        except ImportError:
+            fork = "not built (ridgefill._core is missing: make setup)"
+        print(f"ridgefill {__version__}\nllama.cpp fork: {fork}")
+        parser.exit()
 
 
 def main(argv: list[str] | None = None) -> int:

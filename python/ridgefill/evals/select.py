@@ -5,9 +5,9 @@ nothing else) into every late layer (split+1 .. L-1), then the tail runs; the ex
 `exact-cut` cache's (splice.py). What it measures is how far a selector of a few rows brings the fill
 towards exact before any of it is built into the fork. Three selectors, by name:
 
-- `ridge-select{q}[-L{l}[+{l}...]][-P{rows}][-{max|avg}{k}|-nopool]`: the top q % of the filled rows by
-  the attention the prompt's last P rows (default 64) pay them at probe layer(s) l (default: the split
-  layer; any layer up to it, whose keys the fill computes exactly), from the layer's own norm, query
+- `ridge-select{q}[-L{l}[+{l}...]|-Lall][-P{rows}][-{max|avg}{k}|-nopool]`: the top q % of the filled rows
+  by the attention the prompt's last P rows (default 64) pay them at probe layer(s) l (default: the split
+  layer; any layer up to it, whose keys the fill computes exactly; `Lall`: every one of them), from the layer's own norm, query
   projection and RoPE over its captured inputs (fit.attention.attention_paid: the largest share any head
   of any probe row pays a row; over several layers the largest of them), pooled over k neighbouring rows
   as SnapKV pools (default max over 7; `nopool`: the rows' own scores);
@@ -45,7 +45,7 @@ _NAME = re.compile(r"^(ridge|identity)-(?:(select|random)(\d+(?:\.\d+)?)|(eviden
 class Selector:
     kind: str  # select | random | evidence
     share: float = 0.0  # of the filled rows (select, random)
-    layers: tuple[int, ...] = ()  # probe layers; () = the split layer
+    layers: tuple[int, ...] | str = ()  # probe layers; () = the split layer, "all" = every attention layer up to it
     probe_rows: int = PROBE_ROWS
     pool: tuple[str, int] = POOL
     widen: int = EVIDENCE_WIDEN
@@ -78,6 +78,8 @@ def parse(name: str) -> tuple[str, Selector] | None:
 def _option(name: str, sel: Selector, opt: str) -> Selector:
     from dataclasses import replace
 
+    if opt == "Lall":
+        return replace(sel, layers="all")
     if re.fullmatch(r"L\d+(\+\d+)*", opt):
         return replace(sel, layers=tuple(sorted({int(x) for x in opt[1:].split("+")})))
     if re.fullmatch(r"P\d+", opt) and int(opt[1:]) > 0:
@@ -166,6 +168,14 @@ class _Probe:
 _PROBE = _Probe()
 
 
+def probe_layers(head: Head, sel: Selector) -> tuple[int, ...]:
+    split = head.ctx.fill_split
+    if sel.layers == "all":  # every layer up to the split that attends to the whole prompt
+        attn = _PROBE._attention(head.ctx.model, split)
+        return tuple(il for il in range(split + 1) if il in attn and not attn[il].window)
+    return sel.layers or (split,)
+
+
 def chosen_rows(head: Head, sel: Selector) -> np.ndarray:
     lo, hi = head.fill_range
     if sel.kind == "evidence":
@@ -177,7 +187,7 @@ def chosen_rows(head: Head, sel: Selector) -> np.ndarray:
     if sel.kind == "random":
         seed = int.from_bytes(hashlib.sha1(head.tokens.tobytes()).digest()[:8], "little")
         return np.sort(np.random.default_rng(seed).choice(np.arange(lo, hi), count, replace=False))
-    scores = _PROBE.scores_of(head, sel.layers or (head.ctx.fill_split,), sel.probe_rows)
+    scores = _PROBE.scores_of(head, probe_layers(head, sel), sel.probe_rows)
     return top_rows(pooled(scores, sel.pool), lo, hi, count)
 
 

@@ -19,8 +19,9 @@ ALL_LAYERS = -1  # n_gpu_layers as llama.cpp's tools default it: every layer on 
 
 
 def version() -> str:
-    """libllama's version string; the fork's ends in '+ridgefill'."""
-    return _core.version()
+    """libllama's version string and build commit, as the tools' --version print them: the fork's version ends in
+    '+ridgefill', its commit names the upstream commit and the patch series' hash ('0c1e570+rf.c789fdf9')."""
+    return f"{_core.version()} (commit {_core.build_commit()})"
 
 
 def devices() -> list[tuple[str, str, str]]:

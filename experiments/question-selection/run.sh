@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Selection measured as a splice before it is built (issue 55, item 1): at half depth (Qwen2.5-Coder-0.5B,
+# split 12 of 24, 4K, sinks 4, tail 1024) the filled rows that the prompt's last 64 rows attend to at the exact
+# layers get exact K and V in every late layer, then the tail runs. Beside it: the plain fill, the ceiling (the
+# items' evidence rows, widened by 4) and random rows of the same count. RULER-11 on the frontier's 66 items (item
+# files linked, so every record pairs with the frontier's exact), on the lagged maps (`fit --lag-keys`) and the
+# default fit of calib-size's one 65,536-token capture (the same GGUFs experiments/ruler-half-depth measured).
+# Step 1, recall.py: which probe layer and pooling cover the evidence (no generation, one exact pass an item).
+# Resumable: every step skips what its store holds.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+R=experiments/question-selection/results
+C=experiments/calib-size/results/qwen0.5b-s12-t65536
+F=bench/results/frontier-qwen2.5-coder-0.5b-4k
+M=$(.venv/bin/ridgefill model fetch qwen2.5-coder-0.5b)
+THREADS=${THREADS:-2}
+[ -f $C/fit/lagkeys.gguf ] && [ -f $C/fit/default.gguf ] || LOSS=0 LENGTHS=4096 experiments/calib-size/run.sh
+.venv/bin/python experiments/question-selection/recall.py --model "$M" --items $F/eval/items --split 12 \
+  --threads "$THREADS" --out $R/recall-qwen0.5b-s12
+link_items() {  # the frontier's RULER item files into store $1
+  mkdir -p $1/items
+  for f in $F/eval/items/ruler-*N4096.json; do ln -sfn "../../../../../$f" "$1/items/$(basename "$f")"; done
+}
+# the grid on the lagged maps: q = 2, 5, 10 % at the best probe of recall.md (every exact layer, max over 15 rows)
+# and its random controls; at q = 5 % the best single layer (11) and the split layer alone (the code's default)
+LAG_MODES=(ridge ridge-evidence ridge-select2-Lall-max15 ridge-select5-Lall-max15 ridge-select10-Lall-max15
+           ridge-random2 ridge-random5 ridge-random10 ridge-select5-L11-max15 ridge-select5)
+S=$R/ruler-4k-lagkeys
+link_items $S
+.venv/bin/ridgefill eval ruler --model $C/fit/lagkeys.gguf --split 12 --sinks 4 --tail 1024 --lengths 4096 \
+  --modes "${LAG_MODES[@]}" --threads "$THREADS" --no-plots --quiet --items 6 --out $S
+.venv/bin/python experiments/question-selection/table.py --split 12 --exact $F/eval $S | tee $R/ruler-4k-lagkeys.md

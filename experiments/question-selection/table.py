@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""RULER-11 of the selection splices beside exact, ridge and the evidence ceiling, with paired intervals.
+
+    experiments/question-selection/table.py [--split S] --exact STORE[:VARIANT] STORE [STORE ...] [--ref VARIANT]
+
+Each STORE is a `ridgefill eval ruler` output directory; every variant found in them (at --split) is a row. The
+average is RULER's (the mean of the task means); differences are paired per item and resampled within their task
+(ridgefill.evals.stats.stratified_paired_bootstrap, 10^4 replicates, seed 0) on the items every row measured.
+Columns: the score, its difference to exact, to ridge (the plain fill, --ref) and to the evidence ceiling, the
+rows selected per prompt (% of the filled rows) and the share of the evidence rows they cover; then per task.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+
+from ridgefill.evals import stats  # noqa: E402
+
+
+def records(store: str, split: int | None) -> dict[str, dict[str, dict]]:
+    """variant -> item -> record."""
+    out: dict[str, dict[str, dict]] = {}
+    for line in open(Path(store) / "results.jsonl"):
+        r = json.loads(line)
+        if r["task"] == "ruler" and (split is None or r["split"] in (split, None)):
+            out.setdefault(r["variant"], {})[r["item"]] = r
+    return out
+
+
+def ruler_mean(recs: dict[str, dict], items: list[str]) -> float:
+    tasks = sorted({recs[i]["group"] for i in items})
+    return float(np.mean([np.mean([recs[i]["score"] for i in items if recs[i]["group"] == t]) for t in tasks]))
+
+
+def diff(a: dict, b: dict, items: list[str]) -> str:
+    tasks = sorted({a[i]["group"] for i in items})
+    iv = stats.stratified_paired_bootstrap([[a[i]["score"] - b[i]["score"] for i in items if a[i]["group"] == t]
+                                            for t in tasks])
+    bold = "**" if iv.lo > 0 or iv.hi < 0 else ""
+    return f"{bold}{iv.mean:+.1f} [{iv.lo:+.1f}, {iv.hi:+.1f}]{bold}"
+
+
+def selected(recs: dict[str, dict], items: list[str]) -> str:
+    n = [recs[i]["n_selected"] / max(1, recs[i]["n_filled"]) for i in items if "n_selected" in recs[i]]
+    ev = [recs[i]["evidence_selected"] for i in items if recs[i].get("evidence_selected") is not None]
+    return (f"{100 * np.mean(n):.1f} % | {100 * np.mean(ev):.0f} %") if n else " | "
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--split", type=int)
+    ap.add_argument("--exact", required=True, help="STORE[:VARIANT] holding the exact records")
+    ap.add_argument("--ref", default="ridge", help="the plain fill's variant (default ridge)")
+    ap.add_argument("--ceiling", default="ridge-evidence")
+    ap.add_argument("stores", nargs="+")
+    a = ap.parse_args()
+    store, _, ev = a.exact.partition(":")
+    exact = records(store, None)[ev or "exact"]
+    rows: dict[str, dict[str, dict]] = {}
+    for s in a.stores:
+        for v, recs in records(s, a.split).items():
+            if v != "exact":
+                rows.setdefault(v, {}).update(recs)
+    items = sorted(set(exact).intersection(*rows.values()))
+    ref, ceiling = rows.get(a.ref), rows.get(a.ceiling)
+    print(f"{len(items)} items, {len({exact[i]['group'] for i in items})} tasks\n")
+    print("| variant | RULER | − exact | − " + a.ref + " | − ceiling | rows selected | evidence rows covered |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| exact | {ruler_mean(exact, items):.1f} | | | | | |")
+    for v in sorted(rows, key=lambda v: (v != a.ref, v != a.ceiling, v)):
+        r = rows[v]
+        cells = [diff(r, exact, items), diff(r, ref, items) if ref and v != a.ref else "",
+                 diff(r, ceiling, items) if ceiling and v != a.ceiling else ""]
+        print(f"| {v} | {ruler_mean(r, items):.1f} | " + " | ".join(cells) + f" | {selected(r, items)} |")
+    tasks = sorted({exact[i]["group"] for i in items})
+    names = sorted(rows, key=lambda v: (v != a.ref, v != a.ceiling, v))
+    print("\nBy task (mean score):\n")
+    print("| task | exact | " + " | ".join(names) + " |")
+    print("| --- | --- | " + " | ".join("---" for _ in names) + " |")
+    for t in tasks:
+        sub = [i for i in items if exact[i]["group"] == t]
+        cells = [f"{np.mean([rows[v][i]['score'] for i in sub]):.1f}" for v in names]
+        print(f"| {t} | {np.mean([exact[i]['score'] for i in sub]):.1f} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
