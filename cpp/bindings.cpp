@@ -7,6 +7,7 @@
 #include "llama.h"
 #include "llama-ext.h"
 #include "llama-rf.h"
+#include "llama-rf-ext.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -456,7 +457,7 @@ class Context {
 
     float route() const { return llama_rf_get_route(ctx_); }
 
-    int64_t routed_count() const { return llama_rf_get_routed(ctx_); }
+    int64_t routed_count() const { return llama_rf_get_counts(ctx_, -1).n_routed; }
 
     void set_fill_range(int32_t seq_id, int32_t p0, int32_t p1) {
         if (llama_rf_set_range(ctx_, seq_id, p0, p1) != 0) {
@@ -465,9 +466,8 @@ class Context {
     }
 
     std::pair<int64_t, int64_t> fill_counts() const {
-        int64_t filled = 0, full = 0;
-        llama_rf_get_counts(ctx_, &filled, &full);
-        return {filled, full};
+        const llama_rf_counts c = llama_rf_get_counts(ctx_, -1);
+        return {c.n_filled, c.n_full};
     }
 
     void reset_fill_counts() { llama_rf_reset_counts(ctx_); }
@@ -590,13 +590,11 @@ PYBIND11_MODULE(_core, m) {
     m.def("system_info", [] { return std::string(llama_print_system_info()); });
     m.def("rf_supported_archs", [] {
         std::vector<std::string> names;
-        std::string all = llama_rf_supported_archs();
-        for (size_t start = 0, end; start < all.size(); start = end + 1) {
-            end = std::min(all.find(',', start), all.size());
-            names.push_back(all.substr(start, end - start));
+        for (int32_t i = 0; i < llama_rf_n_archs(); ++i) {
+            names.emplace_back(llama_rf_arch_name(i));
         }
         return names;
-    }, "architectures the fork can fill and capture (llama_rf_supported_archs)");
+    }, "architectures the fork can fill and capture (llama_rf_arch_name)");
     m.def("set_log_level", [](int level) { g_log_level = level; },
           "echo llama.cpp log lines at or above this ggml level (1 debug .. 4 error, 5 silences)");
 

@@ -51,6 +51,34 @@ def test_describe_reads_subject_first_paragraph_and_files(tmp_path):
     assert "| 1 | `graph : a subject long enough" in table and "`src/a.c`" in table
 
 
+def test_the_summary_counts_patches_lines_and_the_context_file(tmp_path):
+    p = tmp_path / "0001-x.patch"
+    p.write_text(PATCH)
+    ctx = tmp_path / "0002-y.patch"
+    ctx.write_text(PATCH.replace("src/a.c", "src/llama-context.cpp"))
+    assert series_doc.changed_lines(p) == series_doc.changed_lines(p, "src/a.c") > 0
+    assert series_doc.changed_lines(p, "src/llama-context.cpp") == 0
+    n = series_doc.changed_lines(p)
+    assert series_doc.summary([p, ctx]) == (f"2 patches, {2 * n} changed lines; the largest that only edits files changes "
+                                            f"{n} lines (patch 1); the series changes {n} lines of `src/llama-context.cpp`.")
+
+
+def test_no_doc_quotes_a_patch_count_of_its_own():
+    """The series' counts live in the generated section of docs/series.md; other pages link it, so no count drifts
+    (a count in a sentence about the past, 'the 25 patches before ...', names its time)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    for page in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        text = page.read_text()
+        if page.name == "series.md":
+            text = text.split(series_doc.DOC_BEGIN)[0] + text.split(series_doc.DOC_END)[1]
+        for m in re.finditer(r"\b(\d+)[- ]patch(es)?\b", text):
+            line = text[text.rfind("\n", 0, m.start()) + 1 : text.find("\n", m.end())]
+            assert re.search(r"\b(before|then|at the time|was|were|of the \d{4}|session)\b", line), \
+                f"{page.name} quotes a patch count: {line.strip()[:120]}"
+
+
 def test_update_doc_rewrites_only_the_generated_section(tmp_path):
     p = tmp_path / "0001-x.patch"
     p.write_text(PATCH)

@@ -24,8 +24,32 @@ def describe(patch: Path) -> tuple[str, str, list[str]]:
     return subject, first, files
 
 
+def changed_lines(patch: Path, path: str | None = None) -> int:
+    """Non-blank lines a patch adds or removes (in one file, `path`, if given), as a reviewer's diffstat without
+    blank lines."""
+    n, inside = 0, path is None
+    for line in patch.read_text(errors="replace").splitlines():
+        if line.startswith("diff --git "):
+            inside = path is None or line.split()[2] == f"a/{path}"
+        elif inside and re.match(r"^[+-][^+-]", line):
+            n += 1
+    return n
+
+
+def summary(series: list[Path]) -> str:
+    """The counts the docs quote: patches, the largest, and how much of llama-context.cpp the series changes."""
+    sizes = {p: changed_lines(p) for p in series}
+    editing = [p for p in series if "\nnew file mode" not in p.read_text(errors="replace")]
+    largest = max(editing, key=sizes.get, default=None)
+    context = sum(changed_lines(p, "src/llama-context.cpp") for p in series)
+    top = f"; the largest that only edits files changes {sizes[largest]} lines (patch {series.index(largest) + 1})" \
+        if largest else ""
+    return (f"{len(series)} patches, {sum(sizes.values())} changed lines{top}; the series changes {context} lines of "
+            "`src/llama-context.cpp`.")
+
+
 def series_markdown(series: list[Path]) -> str:
-    rows = ["| # | patch | what it does | files |", "| --- | --- | --- | --- |"]
+    rows = [summary(series), "", "| # | patch | what it does | files |", "| --- | --- | --- | --- |"]
     for i, p in enumerate(series, 1):
         subject, first, files = describe(p)
         rows.append(f"| {i} | `{subject}` | {first.replace('|', '/')} | {', '.join(f'`{f}`' for f in files)} |")
