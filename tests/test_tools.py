@@ -181,3 +181,29 @@ def test_bench_refuses_server_prompts_past_the_training_context(smollm2_path):
                           "--lengths", "1024", "8192", "--modes", "exact", "--paths", "bench", "server"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "at most 8191 tokens" in out.stderr and "llama-bench" not in out.stderr
+
+
+def test_bench_sweeps_ridgefill_settings_as_lists_and_refuses_bad_ones_before_any_test(smollm2_path):
+    """--ridgefill, -split, -sink and -tail are lists like every llama-bench parameter: one run, a row each."""
+    import json
+
+    bench = [str(tool("llama-bench")), "-m", str(smollm2_path), "-p", "256", "-n", "0", "-r", "1", "-t", "2",
+             "-b", "256", "-ub", "64", "--no-warmup"]
+    run = subprocess.run([*bench, "--ridgefill", "exact,identity", "--ridgefill-split", "10,20", "--ridgefill-sink", "4",
+                          "--ridgefill-tail", "64,128", "-o", "json"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = json.loads(run.stdout)
+    got = sorted((r["ridgefill"], r["ridgefill_split"], r["ridgefill_tail"], r["ridgefill_filled_n"]) for r in rows)
+    # exact fills nothing (its columns stay 0); identity fills rows [4, 256 - tail)
+    assert got == sorted([("exact", 0, 0, 0)] * 4 + [("identity", s, t, 256 - t - 4) for s in (10, 20) for t in (64, 128)])
+    md = subprocess.run([*bench, "--ridgefill", "identity", "--ridgefill-split", "10-20+10"], capture_output=True,
+                        text=True, timeout=600)
+    assert md.returncode == 0 and "ridgefill_split" in md.stdout and len(re.findall(r"\| +pp256 \|", md.stdout)) == 2
+    for bad, why in ((["--ridgefill", "identity,bogus"], "unknown --ridgefill mode"),
+                     (["--ridgefill", "identity", "--ridgefill-split", "10,31"], "out of range"),
+                     (["--ridgefill", "ridge"], "has none"),
+                     (["--ridgefill", "identity", "--ridgefill-split", "12", "--ridgefill-route", "0.05"], "routing"),
+                     (["--ridgefill-tail", "-4"], "error")):
+        out = subprocess.run([*bench, *bad, "-o", "json"], capture_output=True, text=True, timeout=120)
+        assert out.returncode != 0 and why in out.stderr, (bad, out.stderr[-500:])
+        assert "pp256" not in out.stdout and "avg_ns" not in out.stdout, f"{bad}: a test ran before the error"
