@@ -1,4 +1,4 @@
-"""`ridgefill bench ttft|soak|report|fit`: the maintained benchmarks."""
+"""`ridgefill bench ttft|overhead|soak|placement|report|fit`: the maintained benchmarks."""
 
 from __future__ import annotations
 
@@ -32,6 +32,20 @@ def _cmd_bench_ttft(args) -> int:
         log(f"plot: {ttft_report.plot(list(summaries.values()), args.plot)}")
     print(json.dumps(summaries, indent=2) if args.json else "\n\n".join(map(ttft_report.markdown, summaries.values())))
     return 0
+
+
+def _cmd_bench_overhead(args) -> int:
+    from ..bench import overhead
+
+    log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.quiet else (lambda msg: None)
+    results = overhead.overhead(args.model, rounds=args.rounds, reps=args.reps, n_gen=args.n_gen,
+                                n_prompt=args.n_prompt, threads=args.threads, progress=log)
+    if args.json_out:
+        from pathlib import Path
+
+        Path(args.json_out).write_text(json.dumps(results, indent=2))
+    print(overhead.markdown(args.model, results, args.tolerance))
+    return 0 if all(overhead.within(r, args.tolerance) for r in results) else 1
 
 
 def _cmd_bench_soak(args) -> int:
@@ -154,6 +168,19 @@ def add_commands(sub) -> None:
                          "whose first prompt in a process pays set-up a serving process has long paid)")
     bt.add_argument("--quiet", action="store_true")
     bt.set_defaults(func=_cmd_bench_ttft)
+
+    bo = bp.add_parser("overhead", help="ridge vs exact where nothing is filled (tg128, a short prompt), interleaved; "
+                                        "exit 1 when a ratio is off by more than --tolerance")
+    bo.add_argument("--model", required=True, help="augmented GGUF (lagged or window maps keep split states)")
+    bo.add_argument("--rounds", type=int, default=10, help="llama-bench processes, each running both modes")
+    bo.add_argument("--reps", type=int, default=3, help="llama-bench -r within a round")
+    bo.add_argument("--n-gen", type=int, default=128)
+    bo.add_argument("--n-prompt", type=int, default=512, help="a prompt no longer than the model's sinks + tail")
+    bo.add_argument("--threads", type=int, default=2)
+    bo.add_argument("--tolerance", type=float, default=0.02)
+    bo.add_argument("--json-out")
+    bo.add_argument("--quiet", action="store_true")
+    bo.set_defaults(func=_cmd_bench_overhead)
 
     bl = bp.add_parser("placement", help="layers per device (llama.cpp's -ts) for a prefill pipelined over several "
                                          "devices, and the speed-up the cost model gives each mode there")

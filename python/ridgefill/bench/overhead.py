@@ -1,0 +1,77 @@
+"""What ridge mode costs where it fills nothing: token generation and a prompt shorter than the fill range.
+
+Ridge mode with lagged or window maps keeps split states for the rows a later fill row reads; decoding
+steps and prompts without a fill range must keep nothing and run exact mode's graph. Each round is one
+llama-bench process that runs both modes (`--ridgefill exact,ridge`, the order reversed every other
+round so that a drift of the machine's speed biases neither); the round's ratio is ridge's time over
+exact's, and the report is the geometric mean over rounds with a bootstrap interval.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+
+from ..paths import tool_path
+from .ttft import BenchError, round_order
+
+
+def _round(model: str, test: list[str], modes: list[str], reps: int, threads: int, tool: str | None) -> dict:
+    cmd = [str(tool or tool_path("llama-bench")), "-m", str(model), *test, "-r", str(reps), "-t", str(threads),
+           "--ridgefill", ",".join(modes), "-o", "json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BenchError(f"llama-bench failed ({' '.join(test)}):\n{proc.stderr[-2000:]}")
+    rows = {r["ridgefill"]: r for r in json.loads(proc.stdout)}
+    if sorted(rows) != sorted(modes):
+        raise BenchError(f"llama-bench measured modes {sorted(rows)}, not {sorted(modes)}")
+    if rows["ridge"]["ridgefill_filled_n"] != 0:
+        raise BenchError(f"ridge mode filled {rows['ridge']['ridgefill_filled_n']} rows in '{' '.join(test)}': "
+                         "this benchmark measures a run that fills none")
+    return {m: rows[m]["avg_ns"] / 1e6 for m in modes}
+
+
+def ratio_interval(exact_ms: list[float], ridge_ms: list[float], n_boot: int = 10000, seed: int = 0,
+                   level: float = 0.95) -> tuple[float, float, float]:
+    """Geometric mean of ridge/exact over paired rounds and its percentile bootstrap interval."""
+    logs = np.log(np.asarray(ridge_ms)) - np.log(np.asarray(exact_ms))
+    reps = np.random.default_rng(seed).choice(logs, size=(n_boot, len(logs))).mean(axis=1)
+    tail = 100 * (1 - level) / 2
+    lo, hi = np.percentile(reps, [tail, 100 - tail])
+    return float(np.exp(logs.mean())), float(np.exp(lo)), float(np.exp(hi))
+
+
+def overhead(model: str, rounds: int = 10, reps: int = 3, n_gen: int = 128, n_prompt: int = 512, threads: int = 2,
+             tool: str | None = None, progress=print) -> list[dict]:
+    """tg{n_gen} and pp{n_prompt} (a prompt that fills nothing under the model's sinks and tail), both modes."""
+    out = []
+    for name, test in ((f"tg{n_gen}", ["-p", "0", "-n", str(n_gen)]), (f"pp{n_prompt}", ["-p", str(n_prompt), "-n", "0"])):
+        times = {"exact": [], "ridge": []}
+        for i in range(rounds):
+            for mode, ms in _round(model, test, round_order(("exact", "ridge"), i), reps, threads, tool).items():
+                times[mode].append(ms)
+            progress(f"{name} round {i + 1}/{rounds}: exact {times['exact'][-1]:.1f} ms, ridge {times['ridge'][-1]:.1f} ms")
+        ratio, lo, hi = ratio_interval(times["exact"], times["ridge"])
+        out.append({"test": name, "rounds": rounds, "reps": reps, "exact_ms": times["exact"], "ridge_ms": times["ridge"],
+                    "ratio": ratio, "ratio_lo": lo, "ratio_hi": hi})
+    return out
+
+
+def markdown(model: str, results: list[dict], tolerance: float = 0.02) -> str:
+    lines = [f"ridge mode where nothing is filled, {model}: time ridge / exact (geometric mean over interleaved "
+             "rounds, 95 % bootstrap interval)", "",
+             "| test | rounds x reps | exact ms (median) | ridge ms (median) | ridge / exact | within "
+             f"{100 * tolerance:.0f} % |", "|---|---|---:|---:|---|---|"]
+    for r in results:
+        ok = within(r, tolerance)
+        lines.append(f"| {r['test']} | {r['rounds']} x {r['reps']} | {np.median(r['exact_ms']):.1f} | "
+                     f"{np.median(r['ridge_ms']):.1f} | {r['ratio']:.3f} ({r['ratio_lo']:.3f}-{r['ratio_hi']:.3f}) | "
+                     f"{'yes' if ok else 'no'} |")
+    return "\n".join(lines)
+
+
+def within(result: dict, tolerance: float) -> bool:
+    """The measured ratio lies within 1 ± tolerance (its interval is printed beside it)."""
+    return abs(result["ratio"] - 1) <= tolerance
