@@ -68,6 +68,7 @@ def test_names_parse_to_selectors_with_their_defaults():
     assert (sel.share, sel.layers, sel.probe_rows, sel.pool) == (0.025, (4, 8), 32, ("avg", 5))
     assert select.parse("ridge-select10-nopool")[1].pool == ("none", 1)
     assert select.parse("ridge-select10-Lall-max15")[1].layers == "all"
+    assert select.parse("ridge-select5-fwd32")[1].pool == ("fwd", 32)
     assert select.parse("ridge-random5")[1] == select.Selector("random", 0.05)
     assert select.parse("ridge-evidence")[1] == select.Selector("evidence", widen=4)
     assert select.parse("ridge-evidence0")[1].widen == 0
@@ -91,6 +92,7 @@ def test_counts_pooling_top_rows_and_runs():
     np.testing.assert_array_equal(select.pooled(s, ("max", 3)), [1, 1, 1, 5, 5, 5, 0, 2, 2])
     np.testing.assert_allclose(select.pooled(s, ("avg", 3)), [1 / 3, 1 / 3, 1 / 3, 5 / 3, 5 / 3, 5 / 3, 0, 2 / 3, 2 / 3])
     np.testing.assert_array_equal(select.pooled(s, ("none", 1)), s)
+    np.testing.assert_array_equal(select.pooled(s, ("fwd", 3)), [0, 1, 1, 1, 5, 5, 5, 0, 2])
     # rows of [2, 8) only; ties go to the earlier row
     np.testing.assert_array_equal(select.top_rows(select.pooled(s, ("max", 3)), 2, 8, 3), [3, 4, 5])
     np.testing.assert_array_equal(select.top_rows(s, 2, 8, 2), [2, 4])

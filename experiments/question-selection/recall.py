@@ -28,7 +28,7 @@ from ridgefill.fit.attention import attention_layers, attention_paid  # noqa: E4
 from ridgefill.runtime import Model  # noqa: E402
 
 SHARES = (0.01, 0.02, 0.05, 0.10)
-POOLS = (("none", 1), ("max", 3), ("max", 7), ("max", 15), ("avg", 7))
+POOLS = (("none", 1), ("max", 3), ("max", 7), ("max", 15), ("avg", 7), ("fwd", 16), ("fwd", 32), ("fwd", 64))
 
 
 def load_items(item_dir: Path, per_task: int) -> list[RulerItem]:

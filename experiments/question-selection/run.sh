@@ -21,12 +21,14 @@ link_items() {  # the frontier's RULER item files into store $1
   mkdir -p $1/items
   for f in $F/eval/items/ruler-*N4096.json; do ln -sfn "../../../../../$f" "$1/items/$(basename "$f")"; done
 }
-# the grid on the lagged maps: q = 2, 5, 10 % at the best probe of recall.md (every exact layer, max over 15 rows)
-# and its random controls; at q = 5 % the best single layer (11) and the split layer alone (the code's default)
+# the grid on the lagged maps: q = 2, 5, 10 % at the best probe of recall.md (every exact layer, max over 15 rows),
+# random rows of the same count at q = 5 and 10 %, at q = 5 % the split layer alone with 7-row pooling (the
+# selector's defaults), and at q = 10 % 63-row windows (whole needles rather than the rows around the attended ones)
 LAG_MODES=(ridge ridge-evidence ridge-select2-Lall-max15 ridge-select5-Lall-max15 ridge-select10-Lall-max15
-           ridge-random2 ridge-random5 ridge-random10 ridge-select5-L11-max15 ridge-select5)
+           ridge-random5 ridge-random10 ridge-select5 ridge-select10-Lall-max63)
 S=$R/ruler-4k-lagkeys
 link_items $S
 .venv/bin/ridgefill eval ruler --model $C/fit/lagkeys.gguf --split 12 --sinks 4 --tail 1024 --lengths 4096 \
   --modes "${LAG_MODES[@]}" --threads "$THREADS" --no-plots --quiet --items 6 --out $S
-.venv/bin/python experiments/question-selection/table.py --split 12 --exact $F/eval $S | tee $R/ruler-4k-lagkeys.md
+.venv/bin/python experiments/question-selection/table.py --split 12 --exact $F/eval $S --variants "${LAG_MODES[@]}" \
+  | tee $R/ruler-4k-lagkeys.md

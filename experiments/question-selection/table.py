@@ -57,6 +57,7 @@ def main() -> None:
     ap.add_argument("--exact", required=True, help="STORE[:VARIANT] holding the exact records")
     ap.add_argument("--ref", default="ridge", help="the plain fill's variant (default ridge)")
     ap.add_argument("--ceiling", default="ridge-evidence")
+    ap.add_argument("--variants", nargs="+", help="the rows, in this order (default: every variant found)")
     ap.add_argument("stores", nargs="+")
     a = ap.parse_args()
     store, _, ev = a.exact.partition(":")
@@ -64,7 +65,7 @@ def main() -> None:
     rows: dict[str, dict[str, dict]] = {}
     for s in a.stores:
         for v, recs in records(s, a.split).items():
-            if v != "exact":
+            if v != "exact" and (a.variants is None or v in a.variants):
                 rows.setdefault(v, {}).update(recs)
     items = sorted(set(exact).intersection(*rows.values()))
     ref, ceiling = rows.get(a.ref), rows.get(a.ceiling)

@@ -10,7 +10,8 @@ towards exact before any of it is built into the fork. Three selectors, by name:
   layer; any layer up to it, whose keys the fill computes exactly; `Lall`: every one of them), from the layer's own norm, query
   projection and RoPE over its captured inputs (fit.attention.attention_paid: the largest share any head
   of any probe row pays a row; over several layers the largest of them), pooled over k neighbouring rows
-  as SnapKV pools (default max over 7; `nopool`: the rows' own scores);
+  as SnapKV pools (default max over 7; `fwd{k}`: the largest of a row's and the k-1 rows' before it, so the
+  rows after an attended row come with it; `nopool`: the rows' own scores);
 - `ridge-random{q}`: as many filled rows, uniformly at random (seeded by the prompt): the control;
 - `ridge-evidence[{w}]`: the rows of the item's evidence (what its answers are read from), widened by w
   rows each side (default 4): the ceiling a perfect selector of those rows reaches.
@@ -86,18 +87,23 @@ def _option(name: str, sel: Selector, opt: str) -> Selector:
         return replace(sel, probe_rows=int(opt[1:]))
     if opt == "nopool":
         return replace(sel, pool=("none", 1))
-    m = re.fullmatch(r"(max|avg)(\d+)", opt)
-    if m and int(m.group(2)) % 2 == 1:
+    m = re.fullmatch(r"(max|avg|fwd)(\d+)", opt)
+    if m and (int(m.group(2)) % 2 == 1 or m.group(1) == "fwd") and int(m.group(2)) > 0:
         return replace(sel, pool=(m.group(1), int(m.group(2))))
-    raise InputError(f"{name}: unknown option {opt!r} (L<layer>[+<layer>...], P<rows>, max<k>, avg<k> with k odd, "
-                     "nopool)")
+    raise InputError(f"{name}: unknown option {opt!r} (L<layer>[+<layer>...], Lall, P<rows>, max<k>, avg<k> with k "
+                     "odd, fwd<k>, nopool)")
 
 
 def pooled(scores: np.ndarray, pool: tuple[str, int]) -> np.ndarray:
-    """Each row's score pooled over the k rows centred on it (zero beyond the ends), as SnapKV pools."""
+    """Each row's score pooled over the k rows centred on it (zero beyond the ends), as SnapKV pools; `fwd`: the
+    largest score of the row and the k-1 rows before it, so the rows that follow an attended row come with it (an
+    answer is read from the rows after the key the question matches)."""
     kind, k = pool
     if kind == "none" or k == 1:
         return scores
+    if kind == "fwd":
+        win = np.lib.stride_tricks.sliding_window_view(np.pad(scores, (k - 1, 0)), k)
+        return win.max(1)
     pad = np.pad(scores, k // 2)
     win = np.lib.stride_tricks.sliding_window_view(pad, k)
     return win.max(1) if kind == "max" else win.mean(1)
