@@ -139,17 +139,23 @@ void add_rpc_servers(const std::vector<std::string> & endpoints) {
 
 class Model {
   public:
-    Model(const std::string & path, int n_gpu_layers, bool use_mmap, bool vocab_only) : path_(path) {
-        FILE * f = std::fopen(path.c_str(), "rb");
-        if (f == nullptr) {
-            throw py::value_error("cannot open model file: " + path);
+    Model(const std::string & path, int n_gpu_layers, bool use_mmap, bool vocab_only, const std::string & maps)
+        : path_(path), maps_(maps) {
+        for (const std::string & file : { path, maps }) {
+            FILE * f = file.empty() ? nullptr : std::fopen(file.c_str(), "rb");
+            if (f == nullptr && !file.empty()) {
+                throw py::value_error("cannot open " + std::string(&file == &path ? "model" : "maps") + " file: " + file);
+            }
+            if (f) {
+                std::fclose(f);
+            }
         }
-        std::fclose(f);
 
         llama_model_params mp = llama_model_default_params();
         mp.n_gpu_layers = n_gpu_layers;
         mp.vocab_only   = vocab_only;
         mp.load_mode    = use_mmap ? mp.load_mode : LLAMA_LOAD_MODE_NONE;
+        mp.rf_maps      = maps_.empty() ? nullptr : maps_.c_str();
 
         clear_log_tail();
         {
@@ -160,6 +166,7 @@ class Model {
             throw std::runtime_error("failed to load model from " + path + "\n" + take_log_tail());
         }
         vocab_ = llama_model_get_vocab(model_);
+        load_warnings_ = take_log_tail();
     }
 
     ~Model() { llama_model_free(model_); }
@@ -170,6 +177,8 @@ class Model {
     llama_model *       get() const { return model_; }
     const llama_vocab * vocab() const { return vocab_; }
     const std::string & path() const { return path_; }
+    const std::string & maps() const { return maps_; }
+    const std::string & load_warnings() const { return load_warnings_; }
 
     int n_layer() const { return llama_model_n_layer(model_); }
     int n_embd() const { return llama_model_n_embd(model_); }
@@ -259,6 +268,8 @@ class Model {
 
   private:
     std::string         path_;
+    std::string         maps_;
+    std::string         load_warnings_;  // what llama.cpp warned about while loading
     llama_model *       model_ = nullptr;
     const llama_vocab * vocab_ = nullptr;
 };
@@ -617,9 +628,12 @@ PYBIND11_MODULE(_core, m) {
           "register rpc-servers (host:port) as devices of the models loaded afterwards");
 
     py::class_<Model, std::shared_ptr<Model>>(m, "Model")
-        .def(py::init<const std::string &, int, bool, bool>(), py::arg("path"), py::arg("n_gpu_layers") = -1,
-             py::arg("use_mmap") = true, py::arg("vocab_only") = false)
+        .def(py::init<const std::string &, int, bool, bool, const std::string &>(), py::arg("path"),
+             py::arg("n_gpu_layers") = -1, py::arg("use_mmap") = true, py::arg("vocab_only") = false,
+             py::arg("maps") = "")
         .def_property_readonly("path", &Model::path)
+        .def_property_readonly("maps", &Model::maps)
+        .def_property_readonly("load_warnings", &Model::load_warnings)
         .def_property_readonly("n_layer", &Model::n_layer)
         .def_property_readonly("n_embd", &Model::n_embd)
         .def_property_readonly("n_head", &Model::n_head)

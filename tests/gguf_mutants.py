@@ -1,11 +1,13 @@
-"""Seeded mutants of a small augmented GGUF, for the loader fuzz test (test_fuzz_gguf.py).
+"""Seeded mutants of a small augmented GGUF or maps file, for the loader fuzz test (test_fuzz_gguf.py).
 
-Two families:
+Families:
 - byte-level: truncations and byte flips anywhere in the file (header, metadata, tensor
   infos, data); the fork may load the result or refuse it, but must not crash;
 - structural: the file rewritten through gguf-py with one defect in the RidgeFill part
   (map type, shape, non-finite values, missing or extra tensors, bad metadata); the fork
-  must refuse every one of these at load, with a message naming the tensor or key.
+  must refuse every one of these at load, with a message naming the tensor or key;
+- a maps file's own keys (its type and the base it records): refused with the key named, except another
+  layout of the same weights (another quantization), which loads.
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ class _Model:
     def key(self, name):
         return next(v for k, v, _, _ in self.kvs if k == name)
 
-    def write(self, out: Path, kvs=None, tensors=None):
-        w = gguf.GGUFWriter(out, arch=self.arch)
+    def write(self, out: Path, kvs=None, tensors=None, arch=None):
+        w = gguf.GGUFWriter(out, arch=arch or self.arch)
         w.data_alignment = self.alignment
         for k, v, vt, sub in (self.kvs if kvs is None else kvs):
             w.add_key_value(k, v, vt, sub_type=sub)
@@ -75,7 +77,12 @@ def mutants(src: Path, seed: int = 0, n_bytes: int = 150) -> list[Mutant]:
     m = _Model(src)
     data = src.read_bytes()
     rng = np.random.default_rng(seed)
-    return _byte_mutants(data, rng, n_bytes) + _structural_mutants(m, rng)
+    out = _byte_mutants(data, rng, n_bytes) + _structural_mutants(m, rng)
+    return out + (_maps_file_mutants(m) if _is_maps_file(m) else [])
+
+
+def _is_maps_file(m: _Model) -> bool:
+    return any(k == "adapter.type" for k, _, _, _ in m.kvs)
 
 
 def _byte_mutants(data: bytes, rng, n: int) -> list[Mutant]:
@@ -110,8 +117,9 @@ def _with_key(m: _Model, key: str, value, vtype, sub=None):
 
 def _structural_mutants(m: _Model, rng) -> list[Mutant]:
     split = int(m.key("ridgefill.split_layer"))
-    n_layer = int(m.key(f"{m.arch}.block_count"))
-    n_ctx = int(m.key(f"{m.arch}.context_length"))
+    maps_file = _is_maps_file(m)
+    n_layer = int(m.key("ridgefill.base.block_count" if maps_file else f"{m.arch}.block_count"))
+    n_ctx = int(m.key("ridgefill.base.context_length" if maps_file else f"{m.arch}.context_length"))
     maps = [t for t in m.tensors if t.name.endswith(".ridge_map.weight")]
     w0 = maps[0]
     d = w0.data.shape[0]
@@ -161,7 +169,8 @@ def _structural_mutants(m: _Model, rng) -> list[Mutant]:
         add(f"extra-map-{layer}", name, tensors=m.tensors + [_Tensor(name, f32, Q.F32)])
     add(f"extra-map-{n_layer}", "wrong number of tensors",
         tensors=m.tensors + [_Tensor(f"blk.{n_layer}.ridge_map.weight", f32, Q.F32)])
-    add("extra-tensor", "wrong number of tensors", tensors=m.tensors + [_Tensor("blk.0.surprise.weight", f32, Q.F32)])
+    add("extra-tensor", "not a RidgeFill map" if maps_file else "wrong number of tensors",
+        tensors=m.tensors + [_Tensor("blk.0.surprise.weight", f32, Q.F32)])
     # metadata
     fv, sl, sr, tr = ("ridgefill." + k for k in ("format_version", "split_layer", "sink_rows", "tail_rows"))
     for v in (0, 2, 999, 2**32 - 1):
@@ -173,7 +182,8 @@ def _structural_mutants(m: _Model, rng) -> list[Mutant]:
         add(f"split_layer={v}", "split", kvs=_with_key(m, sl, v, V.UINT32))
     add("split_layer-int32-neg", "split_layer", kvs=_with_key(m, sl, -1, V.INT32))
     add("split_layer-string", "split_layer", kvs=_with_key(m, sl, "3", V.STRING))
-    add("split_layer-missing", "without ridgefill.split_layer", kvs=_with_key(m, sl, None, None))
+    add("split_layer-missing", "ridgefill.split_layer is missing" if maps_file else "without ridgefill.split_layer",
+        kvs=_with_key(m, sl, None, None))
     for key in (sr, tr):
         for v in (n_ctx + 1, 2**31, 2**32 - 1):
             add(f"{key}={v}", key, kvs=_with_key(m, key, v, V.UINT32))
@@ -275,3 +285,35 @@ def _route_mutants(m: _Model, split: int, add) -> None:
     add("route_fraction-string", key, kvs=_with_key(m, key, "0.1", V.STRING))
     add("route_fraction-without-statistics", key, kvs=_with_key(m, key, 0.25, V.FLOAT32),
         tensors=[t for t in m.tensors if ".ridge_route." not in t.name])
+
+
+def _maps_file_mutants(m: _Model) -> list[Mutant]:
+    """A maps file's type and the base it records; the base it is loaded beside is the one it was written for."""
+    out: list[Mutant] = []
+
+    def add(name, expect, kvs=None, tensors=None, arch=None, refuse=True):
+        out.append(Mutant(name, refuse, expect, lambda p, kvs=kvs, tensors=tensors, arch=arch: m.write(p, kvs, tensors, arch)))
+
+    for key, other in (("general.type", "model"), ("adapter.type", "lora")):
+        add(f"{key}={other}", "not a RidgeFill maps file", kvs=_with_key(m, key, other, V.STRING))
+        add(f"{key}-uint32", key, kvs=_with_key(m, key, 1, V.UINT32))
+    add("general.type-missing", "general.type", kvs=_with_key(m, "general.type", None, None))
+    add("adapter.type-missing", "not a RidgeFill maps file", kvs=_with_key(m, "adapter.type", None, None))
+    add("architecture=qwen2", "architecture", arch="qwen2")
+    for k in ("block_count", "embedding_length", "vocab_size"):
+        key = f"ridgefill.base.{k}"
+        for v in (int(m.key(key)) + 1, 0, 2**32 - 1):
+            add(f"{key}={v}", key, kvs=_with_key(m, key, v, V.UINT32))
+        add(f"{key}-string", key, kvs=_with_key(m, key, str(m.key(key)), V.STRING))
+        add(f"{key}-int64", key, kvs=_with_key(m, key, int(m.key(key)), V.INT64))
+        add(f"{key}-missing", key, kvs=_with_key(m, key, None, None))
+    for key in ("ridgefill.base.weights_hash", "ridgefill.base.layout_hash"):
+        add(f"{key}-uint32", key, kvs=_with_key(m, key, 7, V.UINT32))
+        add(f"{key}-missing", key, kvs=_with_key(m, key, None, None))
+    add("weights_hash-other", "fitted for other weights", kvs=_with_key(m, "ridgefill.base.weights_hash", "0" * 16, V.STRING))
+    add("layout_hash-other (another quantization: loads)", None, refuse=False,
+        kvs=_with_key(m, "ridgefill.base.layout_hash", "0" * 16, V.STRING))
+    norm = np.ones(int(m.key("ridgefill.base.embedding_length")), np.float32)
+    for name in ("blk.0.attn_norm.weight", "output_norm.weight", "blk.x.ridge_map.weight", "ridge_map.weight"):
+        add(f"foreign-tensor-{name}", "not a RidgeFill map", tensors=m.tensors + [_Tensor(name, norm, Q.F32)])
+    return out

@@ -75,16 +75,16 @@ def round_order(modes, i: int) -> list:
 def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identity", "ridge"), threads: int = 2,
          sinks: int | None = None, tail: int | None = None, split: int | None = None, batch: int = 2048,
          ubatch: int = 512, progress=print, tool: str | None = None, extra_args: tuple = (), rpc: str | None = None,
-         ngl: int = -1, tensor_split: str = "auto", warmup: bool | None = None) -> dict:
-    """TTFT through llama-bench; `tool`/`extra_args`: another build of it (CUDA) and its flags;
+         ngl: int = -1, tensor_split: str = "auto", warmup: bool | None = None, maps: str | None = None) -> dict:
+    """TTFT through llama-bench; `maps`: a maps file beside `model` (--ridgefill-maps); `tool`/`extra_args`: another build of it (CUDA) and its flags;
     `rpc`: 'host:port,...' of ggml-rpc-servers; `ngl`: layers on the GPU or RPC devices (-1: all of them);
     `tensor_split`: where a pipelined run puts the layers (pipeline.Placer); `warmup`: run each process's
     prompt once untimed first (None: where layers are on devices, see _warm)."""
-    extra_args = (*extra_args, *_placement(rpc, ngl))
-    split, sinks, tail = fill_settings(model, modes, split, sinks, tail)
+    extra_args = (*extra_args, *_placement(rpc, ngl), *_maps_flags(maps))
+    split, sinks, tail = fill_settings(maps or model, modes, split, sinks, tail)
     _warn_unfilled(lengths, modes, sinks, tail, progress)
     shape = costmodel.Shape.from_gguf(model)
-    placer = _placer(model, shape, rpc, ngl, tool, tensor_split, ubatch, split, sinks, tail)
+    placer = _placer(maps or model, shape, rpc, ngl, tool, tensor_split, ubatch, split, sinks, tail)
     warm = _warm(warmup, placer, ngl, tool)
     results = []
     for n in lengths:
@@ -99,8 +99,9 @@ def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identit
                     r.rows[mode] = report
                 progress(f"  {n} tokens, run {i + 1}/{runs}, {mode}: {ms:.0f} ms")
         results.append(r)
-    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(model), lagged_maps(model))
-    out["path"] = "llama-bench"
+    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(maps or model),
+                    lagged_maps(maps or model))
+    out["path"], out["maps"] = "llama-bench", maps
     out["round_order"] = "alternating"
     out["rpc"], out["ngl"], out["warmup"] = rpc, ngl, warm
     return annotate(out, placer, modes, lambda n: n)
@@ -140,6 +141,10 @@ def _server_prompt(m: Model, toks: np.ndarray, n_tokens: int, run: int) -> list[
     return [int(t) for t in piece]
 
 
+def _maps_flags(maps: str | None) -> list[str]:
+    return ["--ridgefill-maps", str(maps)] if maps else []
+
+
 def _placement(rpc: str | None, ngl: int) -> list[str]:
     """Where the layers go, in the flags llama-bench and llama-server share (-ngl -1 is "all" in both)."""
     return [*(["--rpc", rpc] if rpc else []), "-ngl", str(ngl)]
@@ -161,9 +166,9 @@ def check_server_lengths(m, lengths: list[int]) -> None:
 def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identity", "ridge"),
                 threads: int = 2, sinks: int | None = None, tail: int | None = None, split: int | None = None,
                 batch: int = 2048, ubatch: int = 512, progress=print, rpc: str | None = None, ngl: int = -1,
-                tensor_split: str = "auto", warmup: bool | None = None) -> dict:
+                tensor_split: str = "auto", warmup: bool | None = None, maps: str | None = None) -> dict:
     """TTFT through llama-server (server.ttft_ms): wall time of a 1-token completion of a fresh N-token prompt;
-    `rpc`, `ngl`, `tensor_split` and `warmup` (an untimed request when a server starts) as in ttft().
+    `rpc`, `ngl`, `tensor_split`, `warmup` (an untimed request when a server starts) and `maps` as in ttft().
     Pipelined, every mode has its own server, its layers placed for the longest prompt; otherwise exact
     requests go to a fill server through the per-request override. Over rpc-servers (one client at a
     time) one llama-server runs at a time: the mode's, started when it is due."""
@@ -171,14 +176,15 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
 
     m = Model(model, n_gpu_layers=0)  # its tokenizer and training context only
     check_server_lengths(m, lengths)
-    split, sinks, tail = fill_settings(model, modes, split, sinks, tail)
+    split, sinks, tail = fill_settings(maps or model, modes, split, sinks, tail)
     _warn_unfilled(lengths, modes, sinks, tail, progress)
     shape = costmodel.Shape.from_gguf(model)
-    placer = _placer(model, shape, rpc, ngl, None, tensor_split, ubatch, split, sinks, tail)
+    placer = _placer(maps or model, shape, rpc, ngl, None, tensor_split, ubatch, split, sinks, tail)
     longest = max(lengths)
     fill_modes = list(modes) if placer.active else [x for x in modes if x != "exact"] or ["exact"]
     pool = ServerPool({x: LlamaServer(model, _server_args(x, split, sinks, tail, batch, ubatch, rpc, ngl) +
-                                      placer.flags(x, longest), ctx=longest + 64, threads=threads) for x in fill_modes},
+                                      placer.flags(x, longest) + _maps_flags(maps), ctx=longest + 64, threads=threads)
+                       for x in fill_modes},
                       exclusive=bool(rpc))
     server_of = lambda mode: mode if mode in fill_modes else fill_modes[0]  # noqa: E731
     warm = _warm(warmup, placer, ngl, None)
@@ -201,8 +207,9 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
                     progress(f"  llama-server {n} tokens, run {i + 1}/{runs}, {mode}: {ms:.0f} ms")
             r.peak_rss_mb = {mode: pool.peak_rss_mb(server_of(mode)) for mode in modes}
             results.append(r)
-    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(model), lagged_maps(model))
-    out["path"] = "llama-server"
+    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(maps or model),
+                    lagged_maps(maps or model))
+    out["path"], out["maps"] = "llama-server", maps
     out["round_order"] = "alternating"
     out["rpc"], out["ngl"], out["warmup"] = rpc, ngl, warm
     return annotate(out, placer, modes, lambda n: longest)

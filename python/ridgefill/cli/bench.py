@@ -22,7 +22,7 @@ def _cmd_bench_ttft(args) -> int:
         s = run[path](args.model, args.lengths, runs=args.runs, modes=tuple(args.modes), threads=args.threads,
                       sinks=args.sinks, tail=args.tail, split=args.split, batch=args.batch, ubatch=args.ubatch,
                       progress=log, rpc=args.rpc, ngl=args.n_gpu_layers, tensor_split=args.tensor_split,
-                      warmup={"auto": None, "on": True, "off": False}[args.warmup])
+                      warmup={"auto": None, "on": True, "off": False}[args.warmup], maps=args.maps)
         summaries[s["path"]] = s
     if args.json_out:
         from pathlib import Path
@@ -144,6 +144,8 @@ def add_commands(sub) -> None:
 
     bt = bp.add_parser("ttft", help="TTFT exact vs fill through the patched llama-bench and llama-server, interleaved")
     bt.add_argument("--model", required=True, help="augmented GGUF (ridge), or any GGUF with --modes exact identity")
+    bt.add_argument("--maps", help="a maps file beside --model (the base): what llama-bench and llama-server load with "
+                                   "--ridgefill-maps")
     list_option(bt, "--lengths", int, default=[4096])
     bt.add_argument("--runs", type=int, default=5, help="interleaved runs per mode (median reported)")
     list_option(bt, "--modes", mode, default=["exact", "identity", "ridge"],

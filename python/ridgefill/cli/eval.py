@@ -44,6 +44,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", action="append", metavar="GGUF",
                    help="augmented GGUF (repeatable: ridge at split s uses the one fitted at s; exact and identity "
                         "use the first); default: the default model fitted at the demo's split (fitted if not cached)")
+    p.add_argument("--maps", action="append", metavar="GGUF",
+                   help="a maps file beside --model, the base (repeatable: one model per maps file, each at its split)")
     p.add_argument("--profile", choices=sorted(profiles.PROFILES), default="quick", help="measurement plan (default quick)")
     p.add_argument("--out", metavar="DIR", help="output directory (default ridgefill-eval-PROFILE); "
                                                 "a rerun with the same directory resumes")
@@ -102,7 +104,8 @@ def cmd_eval(args) -> int:
     splice_cmd = args.eval_cmd == "splice"
     paths = args.model or default_models(args.threads, args.n_gpu_layers)
     out = Path(args.out or f"ridgefill-eval-{plan.name}")
-    session = Session(paths, n_ctx=max(plan.lengths) + MAX_NEW, threads=args.threads, n_gpu_layers=args.n_gpu_layers)
+    session = Session(paths, n_ctx=max(plan.lengths) + MAX_NEW, threads=args.threads, n_gpu_layers=args.n_gpu_layers,
+                      maps=args.maps or ())
     variants = variants_named(args.modes or (splice_modes(session.base) if splice_cmd else ("exact", "identity", "ridge")))
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     res = runner.run(session, plan, out, variants, progress=not args.quiet, log=log, plots=not args.no_plots)

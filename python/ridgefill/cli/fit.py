@@ -63,7 +63,7 @@ def _cmd_fit(args) -> int:
     maps = pipeline.fit_and_pack(args.base, stats, args.output, args.type, _defaults(args), args.maps_out,
                                  blend=not args.no_identity_blend, lam=args.lam, lag_gain=_lag_gain(args),
                                  lag_keys=args.lag_keys, window_gain=args.window_gain, ranks=args.window_ranks,
-                                 on_window=lambda r: print("\n".join(r.lines())))
+                                 on_window=lambda r: print("\n".join(r.lines())), maps_only=args.maps_only)
     for name, prov in (("training", stats.provenance), ("held-out", stats.heldout_provenance)):
         print(f"{name}: {prov.summary()}")
     print(ridge.report(maps))
@@ -93,8 +93,20 @@ def _cmd_convert(args) -> int:
     from .. import format as fmt
     from ..fit import ridge
 
-    maps, identity, provenance = ridge.load_maps(args.maps)
-    fmt.pack(args.base, maps, identity, provenance, args.output, map_type=args.type, defaults=_defaults(args))
+    if args.unpack:
+        if args.maps:
+            raise InputError("--unpack takes an augmented GGUF alone (no --maps)")
+        fmt.unpack(args.base, args.output)
+    elif not args.maps:
+        raise InputError("give --maps (saved maps .npz or a maps file) or --unpack")
+    elif args.maps.endswith(".gguf"):
+        if args.maps_only:
+            raise InputError("--maps-only with a maps file: it already is one")
+        fmt.pack_maps_file(args.base, args.maps, args.output)
+    else:
+        maps, identity, provenance = ridge.load_maps(args.maps)
+        write = fmt.write_maps if args.maps_only else fmt.pack
+        write(args.base, maps, identity, provenance, args.output, map_type=args.type, defaults=_defaults(args))
     print(f"wrote {args.output}")
     return 0
 
@@ -163,12 +175,19 @@ def add_commands(sub) -> None:
     list_option(fp, "--window-ranks", positive_int, default=(32, 64, 128, 256), metavar="R",
                 help="columns of the window projection to try (default 32 64 128 256)")
     _add_pack_args(fp)
-    fp.add_argument("-o", "--output", help="augmented GGUF to write")
+    fp.add_argument("-o", "--output", help="augmented GGUF to write (a maps file with --maps-only)")
+    fp.add_argument("--maps-only", action="store_true",
+                    help="write the maps alone, a small GGUF beside the unchanged base (llama-server --ridgefill-maps, "
+                         "Model(maps=...)), instead of a copy of the base with the maps in it")
     fp.set_defaults(func=_cmd_fit)
 
-    cv = sub.add_parser("convert", help="pack saved maps into an augmented GGUF")
-    cv.add_argument("base", help="base GGUF")
-    cv.add_argument("--maps", required=True, help="maps file from `ridgefill fit --maps-out`")
+    cv = sub.add_parser("convert", help="saved maps into an augmented GGUF or a maps file; a maps file and an "
+                                        "augmented GGUF into each other")
+    cv.add_argument("base", help="base GGUF (with --unpack: the augmented GGUF)")
+    cv.add_argument("--maps", help="saved maps (.npz, `fit --maps-out`) or a maps file (.gguf, `fit --maps-only`): "
+                                   "packed with the base into an augmented GGUF")
+    cv.add_argument("--unpack", action="store_true", help="write the maps file of an augmented GGUF")
+    cv.add_argument("--maps-only", action="store_true", help="from saved maps, write a maps file")
     cv.add_argument("--sinks", type=int, default=Defaults.sink_rows)
     _add_pack_args(cv)
     cv.add_argument("-o", "--output", required=True)

@@ -145,10 +145,10 @@ class _Probe:
 
     def _capture(self, head: Head, split: int) -> None:
         ctx = head.ctx
-        key = (str(ctx.model.path), hashlib.sha1(head.tokens.tobytes()).hexdigest(), split)
+        key = (ctx.model.source, hashlib.sha1(head.tokens.tobytes()).hexdigest(), split)
         if key == self.key:
             return
-        k = (str(ctx.model.path), ctx.n_ctx, ctx.n_batch, ctx.n_ubatch, split)
+        k = (ctx.model.source, ctx.n_ctx, ctx.n_batch, ctx.n_ubatch, split)
         if k not in self._ctx:
             self._ctx.clear()  # one capture context at a time
             self._ctx[k] = ctx.model.context(n_ctx=ctx.n_ctx, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch,
@@ -165,7 +165,7 @@ class _Probe:
         self.key, self.scores = key, {}
 
     def _attention(self, model, split: int):
-        key = (str(model.path), split)
+        key = (model.source, split)
         if key not in self._layers:
             self._layers = {key: attention_layers(model.path, list(range(split + 1)))}
         return self._layers[key]

@@ -96,10 +96,14 @@ def variants_named(names: Sequence[str]) -> tuple[Variant, ...]:
 
 class Session:
     def __init__(self, paths: Sequence[str | os.PathLike], n_ctx: int, threads: int | None = None,
-                 n_gpu_layers: int = -1, n_batch: int = 2048, n_ubatch: int = 512):
+                 n_gpu_layers: int = -1, n_batch: int = 2048, n_ubatch: int = 512, maps: Sequence = ()):
+        """`maps`: maps files beside the one base in `paths`, a model each."""
         if not paths:
             raise InputError("an evaluation needs at least one model")
-        self.models = [Model(p, n_gpu_layers=n_gpu_layers) for p in paths]
+        if maps and len(paths) != 1:
+            raise InputError(f"maps files go beside one base model, not {len(paths)}")
+        self.models = ([Model(paths[0], n_gpu_layers=n_gpu_layers, maps=m) for m in maps] if maps else
+                       [Model(p, n_gpu_layers=n_gpu_layers) for p in paths])
         check_same_base(self.models)
         check_one_per_split(self.models)
         self._sha: dict[tuple[int, bool], str] = {}
@@ -146,7 +150,8 @@ class Session:
         """What measures `variant` at `split` (`fingerprint`, below), cached per model."""
         i, routed = self.models.index(self.model_for(variant, split)), variant.route > 0
         if (i, routed) not in self._sha:
-            self._sha[i, routed] = fingerprint(self.models[i].path, self.models[i].rf_split_layer, routed)
+            m = self.models[i]
+            self._sha[i, routed] = "+".join(fingerprint(f, m.rf_split_layer, routed) for f in (m.path, m.maps) if f)
         return self._sha[i, routed]
 
     def file_sha256(self, variant: Variant, split: int | None) -> str:
@@ -155,7 +160,7 @@ class Session:
 
         i = self.models.index(self.model_for(variant, split))
         if i not in self._file_sha:
-            self._file_sha[i] = sha256_file(self.models[i].path)
+            self._file_sha[i] = "+".join(sha256_file(f) for f in (self.models[i].path, self.models[i].maps) if f)
         return self._file_sha[i]
 
     def default_rows(self) -> tuple[int, int]:
@@ -167,7 +172,7 @@ class Session:
         return d.sink_rows, d.tail_rows
 
     def describe(self) -> list[dict]:
-        return [{"path": str(m.path), "split": m.rf_split_layer, "base_sha256": m.metadata.get("ridgefill.base_sha256")}
+        return [{"path": m.source, "split": m.rf_split_layer, "base_sha256": m.metadata.get("ridgefill.base_sha256")}
                 for m in self.models]
 
 
@@ -176,7 +181,7 @@ def check_one_per_split(models: Sequence[Model]) -> None:
     by_split: dict[int, list[str]] = {}
     for m in models:
         if m.rf_split_layer > 0:
-            by_split.setdefault(m.rf_split_layer, []).append(str(m.path))
+            by_split.setdefault(m.rf_split_layer, []).append(m.source)
     for split, found in sorted(by_split.items()):
         if len(found) > 1:
             raise InputError(f"{len(found)} models carry maps at split {split} ({', '.join(found)}): pass one")

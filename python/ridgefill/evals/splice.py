@@ -101,7 +101,7 @@ class _ExactCache:
 
     def _context(self, ctx: Context) -> Context:
         """A second context on the same model, same sizes, filling at split = L (exact values)."""
-        k = (str(ctx.model.path), ctx.n_ctx, ctx.n_batch, ctx.n_ubatch, ctx.kv_type, ctx.flash_attn)
+        k = (ctx.model.source, ctx.n_ctx, ctx.n_batch, ctx.n_ubatch, ctx.kv_type, ctx.flash_attn)
         if k not in self._ctx:
             ref = ctx.model.context(n_ctx=ctx.n_ctx, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch, threads=ctx.threads,
                                     kv_type=ctx.kv_type, flash_attn=ctx.flash_attn)

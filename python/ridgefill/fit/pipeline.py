@@ -107,12 +107,13 @@ def fit_and_pack(base, stats: CalibrationStats, out, map_type: str = "f16",
                  defaults: fmt.Defaults = fmt.Defaults(), maps_out=None, blend: bool = True, lam: float | None = None,
                  lag_gain: float | None = ridge.DEFAULT_LAG_GAIN, lag_keys: bool = False,
                  window_gain: float = window_fit.DEFAULT_WINDOW_GAIN,
-                 ranks=window_fit.DEFAULT_RANKS, on_window=None) -> ridge.Maps:
+                 ranks=window_fit.DEFAULT_RANKS, on_window=None, maps_only: bool = False) -> ridge.Maps:
     """Fit, save and fmt. `lam` fixes λ/scale for every layer instead of choosing it on held-out rows;
     `lag_gain` None fits per-row maps only, `lag_keys` lets the keys' held-out error decide the lag too
     (ridge.fit); each layer's key error is measured through the base's key projections either way. Window
     statistics also get window maps where they pay (window_fit.add_window: `window_gain`, `ranks`); what it
-    tried goes to on_window(WindowReport)."""
+    tried goes to on_window(WindowReport). `maps_only` writes `out` as a maps file (beside the base) rather than an
+    augmented GGUF."""
     grid = ridge.DEFAULT_GRID if lam is None else (lam,)
     keys = key_projections(base, stats)
     maps = ridge.fit(stats, blend=blend, grid=grid, lag_gain=lag_gain, keys=keys, lag_keys=lag_keys)
@@ -123,5 +124,6 @@ def fit_and_pack(base, stats: CalibrationStats, out, map_type: str = "f16",
     if maps_out:
         ridge.save_maps(maps_out, maps, stats.identity, stats.provenance)
     if out:
-        fmt.pack(base, maps, stats.identity, stats.provenance, out, map_type=map_type, defaults=defaults)
+        write = fmt.write_maps if maps_only else fmt.pack
+        write(base, maps, stats.identity, stats.provenance, out, map_type=map_type, defaults=defaults)
     return maps

@@ -101,6 +101,24 @@ def copy_gguf(
     return out
 
 
+def write_new_gguf(out: str | os.PathLike, arch: str, add_keys: Callable[[gguf.GGUFWriter], None],
+                   tensors: Iterable[tuple[str, np.ndarray]]) -> Path:
+    """Write a GGUF of these keys and tensors alone (through a temporary file renamed on success)."""
+    out, tensors = Path(out), list(tensors)
+    with atomic_output(out) as tmp:
+        writer = gguf.GGUFWriter(tmp, arch=arch)
+        add_keys(writer)
+        for name, arr in tensors:
+            writer.add_tensor_info(name, arr.shape, arr.dtype, arr.nbytes)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for _, arr in tensors:
+            writer.write_tensor_data(arr)
+        writer.close()
+    return out
+
+
 def copy_field(writer: gguf.GGUFWriter, f) -> None:
     """Copy one key (a ReaderField) with its value type, arrays with their element type."""
     vtype = f.types[0]

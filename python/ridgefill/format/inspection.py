@@ -8,8 +8,8 @@ import numpy as np
 
 from . import validate
 from .gguf_io import GGUFError, field, open_gguf
-from .identity import has_maps
-from .keys import MAP_BIAS, MAP_PREV, MAP_WINDOW, PER_LAYER, PREFIX, ROUTE_WHITEN, WINDOW, layer_of
+from .identity import has_maps, model_shape
+from .keys import MAP_BIAS, MAP_PREV, MAP_WINDOW, PER_LAYER, PREFIX, ROUTE_WHITEN, WINDOW, is_maps_tensor, layer_of
 
 
 def inspect(path: str | os.PathLike, base: str | os.PathLike | None = None) -> dict:
@@ -20,7 +20,7 @@ def inspect(path: str | os.PathLike, base: str | os.PathLike | None = None) -> d
     meta = {k[len(PREFIX):]: _plain(reader.fields[k].contents()) for k in reader.fields if k.startswith(PREFIX)}
     tensors = {t.name: t for t in reader.tensors}
     layers, total = [], 0
-    for name in sorted((n for n in tensors if n.endswith(".ridge_map.weight")), key=layer_of):
+    for name in sorted((n for n in tensors if n.endswith(".ridge_map.weight") and is_maps_tensor(n)), key=layer_of):
         layer = layer_of(name)
         w, b, p = tensors[name], tensors.get(MAP_BIAS.format(layer)), tensors.get(MAP_PREV.format(layer))
         v = tensors.get(MAP_WINDOW.format(layer))
@@ -40,7 +40,7 @@ def inspect(path: str | os.PathLike, base: str | os.PathLike | None = None) -> d
     split = meta.get("split_layer")
     route = isinstance(split, int) and ROUTE_WHITEN.format(split) in tensors
     proj = tensors.get(WINDOW.format(split)) if isinstance(split, int) else None
-    d = int(field(reader, f"{field(reader, 'general.architecture')}.embedding_length") or 1)
+    d = model_shape(reader)[2] or 1
     window = None if proj is None else {"rows": int(proj.shape[0]) // d, "rank": int(proj.shape[1])}
     total += 0 if proj is None else int(proj.n_bytes)
     return {"path": str(path), "metadata": meta, "layers": layers, "map_bytes": total, "route": route, "window": window,

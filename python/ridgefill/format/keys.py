@@ -28,6 +28,16 @@ CALIB_TOKENS = KEY.format("calib_tokens")          # uint64
 CORPUS_HASH = KEY.format("corpus_hash")            # string
 BASE_SHA256 = KEY.format("base_sha256")            # string: sha256 of the base GGUF file
 
+# a maps file (maps beside an unchanged model, as a LoRA adapter is): general.type = adapter, adapter.type =
+# ridgefill, general.architecture the base's, and the base it was fitted for
+ADAPTER_TYPE = "ridgefill"
+BASE_BLOCK_COUNT = KEY.format("base.block_count")            # uint32
+BASE_EMBEDDING_LENGTH = KEY.format("base.embedding_length")  # uint32
+BASE_CONTEXT_LENGTH = KEY.format("base.context_length")      # uint32
+BASE_VOCAB_SIZE = KEY.format("base.vocab_size")              # uint32: entries of tokenizer.ggml.tokens
+BASE_WEIGHTS_HASH = KEY.format("base.weights_hash")  # string: FNV-1a 64 of the 1-D F32 tensors (quantization keeps them)
+BASE_LAYOUT_HASH = KEY.format("base.layout_hash")    # string: FNV-1a 64 of every tensor's name, type and shape
+
 # per-layer statistics: inspect's name -> the key (a list that starts at layer s + 1)
 PER_LAYER = {"lambda": LAMBDA, "r2_ridge": HELDOUT_R2, "r2_identity": HELDOUT_R2_IDENTITY, "blend": IDENTITY_BLEND}
 
@@ -47,6 +57,12 @@ MAP_SUFFIXES = ("ridge_map.weight", "ridge_map.bias", "ridge_map_prev.weight", "
 MAP_TYPES = {"f32": np.float32, "f16": np.float16}  # what `pack` writes a map weight as
 # the loader's supported set (llama_rf_map_type_supported); each is tested through the fill path
 MAP_WEIGHT_TYPES = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
+
+
+def is_maps_tensor(tensor_name: str) -> bool:
+    """A RidgeFill tensor (maps, window, routing statistics): `blk.{l}.ridge_*`, as the fork's loader tells them."""
+    parts = tensor_name.split(".")
+    return len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit() and parts[2].startswith("ridge_")
 
 
 def layer_of(tensor_name: str) -> int:

@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from .gguf_io import GGUFError, field, open_gguf
+from .identity import model_shape
 from .keys import MAP_BIAS, ROUTE_MEAN, ROUTE_WHITEN, SPLIT_LAYER, WINDOW, layer_of
 
 
@@ -35,7 +36,7 @@ def earlier_row_products(path: str | os.PathLike) -> float:
     """The n_embd x n_embd products a filled row spends on earlier rows (the cost model's `lagged`): one per
     lagged map, and, in those units, a window's W*n_embd x rank projection and each window map's rank x n_embd."""
     reader = open_gguf(path)
-    d = int(field(reader, f"{field(reader, 'general.architecture')}.embedding_length") or 0)
+    d = model_shape(reader)[2]
     window = WINDOW.format(field(reader, SPLIT_LAYER))
     n = 0.0
     for t in reader.tensors:

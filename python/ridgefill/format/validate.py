@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,10 +19,13 @@ import numpy as np
 
 from ..fetch import sha256_file
 from .gguf_io import field, open_gguf
+from .identity import model_shape
+from .maps_file import check_base, is_maps_file
+from .write import PackError
 from .keys import (BASE_SHA256, FORMAT_VERSION, FORMAT_VERSION_KEY, KEY, MAP_BIAS, MAP_PREV, MAP_SUFFIXES, MAP_WEIGHT,
-                   MAP_WEIGHT_TYPES, MAX_WINDOW, PER_LAYER, ROUTE_FRACTION, ROUTE_MEAN, ROUTE_WHITEN, SPLIT_LAYER, WINDOW)
+                   MAP_WEIGHT_TYPES, MAX_WINDOW, PER_LAYER, ROUTE_FRACTION, ROUTE_MEAN, ROUTE_WHITEN, SPLIT_LAYER, WINDOW, ADAPTER_TYPE, is_maps_tensor)
 
-LOADER = ("format_version", "split_layer", "sink_rows", "tail_rows", "maps", "window", "route")
+LOADER = ("format_version", "split_layer", "sink_rows", "tail_rows", "maps", "window", "route", "maps_file")
 
 
 @dataclass(frozen=True)
@@ -37,10 +41,7 @@ class Check:
 def check_file(path: str | os.PathLike, base: str | os.PathLike | None = None,
                reader: gguf.GGUFReader | None = None) -> list[Check]:
     reader = reader or open_gguf(path)
-    arch = field(reader, "general.architecture")
-    n_layer = int(field(reader, f"{arch}.block_count") or 0) - int(field(reader, f"{arch}.nextn_predict_layers") or 0)
-    n_embd = int(field(reader, f"{arch}.embedding_length") or 0)
-    n_ctx_train = int(field(reader, f"{arch}.context_length") or 0)
+    _, n_layer, n_embd, n_ctx_train = model_shape(reader)
 
     checks = [_format_version(reader)]
     split = _uint32(reader, SPLIT_LAYER)
@@ -53,9 +54,29 @@ def check_file(path: str | os.PathLike, base: str | os.PathLike | None = None,
     checks.append(_window(reader, split if split_ok else None, n_embd))
     checks.append(_route(reader, split if split_ok else None, n_embd))
     checks.append(_finite_stats(reader))
-    if base is not None:
+    if field(reader, gguf.Keys.General.TYPE) == gguf.GGUFType.ADAPTER:
+        checks.append(_maps_file(reader, path, base))
+    elif base is not None:
         checks.append(_base_sha256(reader, Path(base)))
     return checks
+
+
+def _maps_file(reader, path, base) -> Check:
+    """A maps file: RidgeFill tensors only; with `base`, the loader's verdict on loading it beside that model."""
+    if not is_maps_file(reader):
+        return Check("maps_file", False, f"an adapter but not a RidgeFill maps file (adapter.type is not {ADAPTER_TYPE})")
+    other = next((t.name for t in reader.tensors if not is_maps_tensor(t.name)), None)
+    if other is not None:
+        return Check("maps_file", False, f"tensor {other} is not a RidgeFill map (a maps file carries blk.N.ridge_* only)")
+    if base is None:
+        return Check("maps_file", True, "a maps file (give --base to check it against a model)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            check_base(reader, path, base)
+        except PackError as err:
+            return Check("maps_file", False, str(err))
+    return Check("maps_file", True, "; ".join(str(w.message) for w in caught) or f"fitted for {base}")
 
 
 def _uint32(reader, key: str):
@@ -134,6 +155,8 @@ def _window(reader, split: int | None, n_embd: int) -> Check:
         return Check("window", False, f"{name}: a window projection that no map reads")
     p = proj[0]
     ne = _ne(p)
+    if n_embd <= 0:
+        return Check("window", False, f"{name}: not checked, the model's width is unknown")
     if len(ne) != 2 or ne[0] % n_embd or not 1 <= ne[0] // n_embd <= MAX_WINDOW or not 1 <= ne[1] <= n_embd:
         return Check("window", False, f"{name}: shape {ne}, expected [W*{n_embd}, rank] with W in [1, {MAX_WINDOW}] "
                                       f"and rank in [1, {n_embd}]")

@@ -1,4 +1,5 @@
-"""Writing an augmented GGUF: the base GGUF (every key and tensor byte for byte) + ridge maps + metadata.
+"""Writing maps: an augmented GGUF (the base GGUF, every key and tensor byte for byte, + maps + metadata) or a
+maps file (the maps and metadata alone, beside an unchanged base).
 
 Uses llama.cpp's own `gguf` package for reading and writing. The output is written to a
 temporary file beside OUT and renamed only when complete, so an interrupted write leaves
@@ -10,12 +11,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+import gguf
 import numpy as np
 
 from .maps import Maps, Provenance
-from .gguf_io import GGUFError, copy_gguf, field as _field, open_gguf
-from .identity import ModelIdentity, has_maps, identity_of
-from .keys import (BASE_SHA256, CALIB_TOKENS, CORPUS_HASH, FORMAT_VERSION, FORMAT_VERSION_KEY, HELDOUT_R2,
+from .gguf_io import GGUFError, copy_gguf, field as _field, open_gguf, write_new_gguf
+from .identity import ModelIdentity, fingerprints, has_maps, identity_of
+from .keys import (ADAPTER_TYPE, BASE_BLOCK_COUNT, BASE_CONTEXT_LENGTH, BASE_EMBEDDING_LENGTH, BASE_LAYOUT_HASH,
+                   BASE_VOCAB_SIZE, BASE_WEIGHTS_HASH, BASE_SHA256, CALIB_TOKENS, CORPUS_HASH, FORMAT_VERSION, FORMAT_VERSION_KEY, HELDOUT_R2,
                    HELDOUT_R2_IDENTITY, IDENTITY_BLEND, LAMBDA, MAP_BIAS, MAP_PREV, MAP_TYPES, MAP_WEIGHT, MAP_WINDOW,
                    MAX_WINDOW, ROUTE_FRACTION, ROUTE_MEAN, ROUTE_WHITEN, SINK_ROWS, SPLIT_LAYER, TAIL_ROWS, WINDOW)
 
@@ -41,11 +44,35 @@ class Defaults:
 
 def pack(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, provenance: Provenance,
          out: str | os.PathLike, map_type: str = "f16", defaults: Defaults = Defaults()) -> Path:
-    base, out = Path(base), Path(out)
+    """The augmented GGUF: every key and tensor of `base`, byte for byte, plus the maps and their metadata."""
+    reader, extra = _checked(Path(base), maps, identity, Path(out), map_type, defaults)
+    return copy_gguf(reader, out, add_keys=lambda w: _add_metadata(w, maps, identity, provenance, defaults),
+                     extra_tensors=extra)
+
+
+def write_maps(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, provenance: Provenance,
+               out: str | os.PathLike, map_type: str = "f16", defaults: Defaults = Defaults()) -> Path:
+    """A maps file: the maps and their metadata alone, in a GGUF of llama.cpp's adapter type (general.type =
+    adapter, adapter.type = ridgefill) that records the base they were fitted for; the fork loads it beside an
+    unchanged base (--ridgefill-maps, Model(maps=...)) and refuses it beside another model."""
+    reader, extra = _checked(Path(base), maps, identity, Path(out), map_type, defaults)
+
+    def add_keys(writer: gguf.GGUFWriter) -> None:
+        writer.add_type(gguf.GGUFType.ADAPTER)
+        writer.add_string(gguf.Keys.Adapter.TYPE, ADAPTER_TYPE)
+        _add_base(writer, reader, identity)
+        _add_metadata(writer, maps, identity, provenance, defaults)
+
+    return write_new_gguf(out, identity.arch, add_keys, extra)
+
+
+def _checked(base: Path, maps: Maps, identity: ModelIdentity, out: Path, map_type: str,
+             defaults: Defaults) -> tuple[gguf.GGUFReader, list[tuple[str, np.ndarray]]]:
+    """The base's reader and the maps' tensors, once the maps, the defaults and the base agree."""
     if map_type not in MAP_TYPES:
         raise PackError(f"map type must be one of {', '.join(MAP_TYPES)}, not {map_type!r}")
     if out.resolve() == base.resolve() or (out.exists() and out.samefile(base)):
-        raise PackError(f"refusing to write the augmented GGUF over its base {base}")
+        raise PackError(f"refusing to write over its base {base}")
     reader = open_gguf(base)
     if has_maps(reader):
         raise PackError(f"{base} already carries RidgeFill maps; pack from the original model")
@@ -66,7 +93,14 @@ def pack(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, provenanc
     for name, v in (("sink rows", defaults.sink_rows), ("tail rows", defaults.tail_rows)):
         if not 0 <= v <= n_ctx_train:
             raise PackError(f"default {name} {v} out of range [0, {n_ctx_train}] (the model's context length)")
+    if not 0.0 <= defaults.route_fraction <= 1.0:
+        raise PackError(f"default route fraction {defaults.route_fraction} out of range [0, 1]")
+    if defaults.route_fraction > 0 and maps.route is None:
+        raise PackError("a default route fraction needs routing statistics, and these maps have none (refit them)")
+    return reader, _tensors(maps, map_type, d)
 
+
+def _tensors(maps: Maps, map_type: str, d: int) -> list[tuple[str, np.ndarray]]:
     extra = []
     for j, layer in enumerate(maps.layers):
         w = maps.weights[j].astype(MAP_TYPES[map_type])  # (d_out, d_in) -> ggml ne = {d_in, d_out}
@@ -82,12 +116,19 @@ def pack(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, provenanc
         maps.route.check(d)
         extra.append((ROUTE_MEAN.format(maps.split), np.ascontiguousarray(maps.route.mean, np.float32)))
         extra.append((ROUTE_WHITEN.format(maps.split), np.ascontiguousarray(maps.route.whiten, np.float32)))
-    if not 0.0 <= defaults.route_fraction <= 1.0:
-        raise PackError(f"default route fraction {defaults.route_fraction} out of range [0, 1]")
-    if defaults.route_fraction > 0 and maps.route is None:
-        raise PackError("a default route fraction needs routing statistics, and these maps have none (refit them)")
-    return copy_gguf(reader, out, add_keys=lambda w: _add_metadata(w, maps, identity, provenance, defaults),
-                     extra_tensors=extra)
+    return extra
+
+
+def _add_base(writer: gguf.GGUFWriter, reader: gguf.GGUFReader, identity: ModelIdentity) -> None:
+    """What a maps file records of the model it was fitted for (the fork checks each at load)."""
+    prints = fingerprints(reader)
+    tokens = reader.get_field(gguf.Keys.Tokenizer.LIST)
+    writer.add_uint32(BASE_BLOCK_COUNT, identity.n_layer)
+    writer.add_uint32(BASE_EMBEDDING_LENGTH, identity.n_embd)
+    writer.add_uint32(BASE_CONTEXT_LENGTH, int(_field(reader, f"{identity.arch}.context_length") or 0))
+    writer.add_uint32(BASE_VOCAB_SIZE, len(tokens.data) if tokens is not None else 0)
+    writer.add_string(BASE_WEIGHTS_HASH, prints.weights_hash)
+    writer.add_string(BASE_LAYOUT_HASH, prints.layout_hash)
 
 
 def _check_window(maps: Maps, d: int) -> None:

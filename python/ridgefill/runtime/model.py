@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -64,18 +65,26 @@ class Model:
     """A loaded GGUF model. Cheap to share between contexts."""
 
     def __init__(self, path: str | os.PathLike, n_gpu_layers: int = ALL_LAYERS, use_mmap: bool = True,
-                 rpc: str | None = None):
+                 rpc: str | None = None, maps: str | os.PathLike | None = None):
         """n_gpu_layers: layers (and their maps) on the GPU or RPC devices, -1 (llama.cpp's default) every one of
         them, 0 none; on a CPU-only build there are no devices and every layer stays on the CPU.
-        rpc: 'host:port,...' of ggml-rpc-servers, registered as devices first."""
+        rpc: 'host:port,...' of ggml-rpc-servers, registered as devices first.
+        maps: a maps GGUF beside the model (`fit --maps-only`), loaded with it (llama-server's --ridgefill-maps)."""
         self.path = Path(path)
+        self.maps = Path(maps) if maps else None
         _check_gguf_file(self.path)
+        if self.maps:
+            _check_gguf_file(self.maps)
         if rpc:
             add_rpc_servers(rpc)
         try:
-            self._m = _core.Model(str(self.path), n_gpu_layers=n_gpu_layers, use_mmap=use_mmap)
+            self._m = _core.Model(str(self.path), n_gpu_layers=n_gpu_layers, use_mmap=use_mmap,
+                                  maps=str(self.maps or ""))
         except RuntimeError as err:
             raise LoadError(str(err)) from None
+        for line in self._m.load_warnings.splitlines():
+            if line.startswith("llama_rf_"):  # the fork's word on the maps (another quantization of the base)
+                warnings.warn(line.split(": ", 1)[-1], UserWarning, stacklevel=2)
         self._meta: dict[str, str] | None = None
 
     @property
@@ -83,6 +92,11 @@ class Model:
         if self._meta is None:
             self._meta = dict(self._m.metadata())
         return self._meta
+
+    @property
+    def source(self) -> str:
+        """What was loaded: the file, or the base and the maps file beside it."""
+        return str(self.path) if self.maps is None else f"{self.path} + {self.maps}"
 
     @property
     def arch(self) -> str:
@@ -113,6 +127,7 @@ class Model:
     def info(self) -> dict:
         return {
             "path": str(self.path),
+            "maps": str(self.maps) if self.maps else None,
             "arch": self.arch,
             "desc": self._m.desc,
             "n_layer": self.n_layer,
