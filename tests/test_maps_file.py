@@ -159,3 +159,16 @@ def test_bench_ttft_takes_a_base_and_a_maps_file(smollm2_path, files):
     for path in json.loads(proc.stdout).values():
         assert path["maps"] == str(side) and path["split"] == SPLIT
         assert path["results"][0]["fill_rows"]["ridge"].startswith(f"{256 - 4 - 64} rows filled")
+
+
+def test_soak_leak_check_serves_a_maps_file_beside_the_base(smollm2_path, files, smollm2):
+    from pathlib import Path
+
+    import argparse as text_source
+
+    from ridgefill.serve import soak
+
+    _, side, _ = files
+    tokens = smollm2.tokenize(Path(text_source.__file__).read_text())
+    check = soak.leak_check(smollm2_path, smollm2_path, "ridge", tokens, 2, maps=side)
+    assert check["filled_rows"] > 0 and check["exact_after_fill_equals_stock"]

@@ -135,6 +135,10 @@ def test_tune_end_to_end_on_smollm2(smollm2_path, tmp_path):
 
     m = Model(routed_out)
     assert m.rf_has_route and m.rf_route_fraction == pytest.approx(0.1)
+    routed_maps = frontier.write_tuned(smollm2_path, work, next(r for r in doc["rows"] if r["route"] > 0),
+                                       tmp_path / "r-maps.gguf", maps_only=True)  # the same, beside the base
+    m = Model(smollm2_path, maps=routed_maps)
+    assert m.rf_has_route and m.rf_route_fraction == pytest.approx(0.1)
     again = subprocess.run(cmd[:-2], capture_output=True, text=True, timeout=900)
     assert again.returncode == 0 and "capture" not in again.stderr, again.stderr[-2000:]
     assert "eval: 0 measured, 28 resumed" in again.stderr  # (2 items + 2 documents) x 7 variant-splits

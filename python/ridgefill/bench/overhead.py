@@ -15,12 +15,14 @@ import subprocess
 import numpy as np
 
 from ..paths import tool_path
+from ..serve.server import maps_flags
 from .ttft import BenchError, round_order
 
 
-def _round(model: str, test: list[str], modes: list[str], reps: int, threads: int, tool: str | None) -> dict:
+def _round(model: str, test: list[str], modes: list[str], reps: int, threads: int, tool: str | None,
+           maps: str | None = None) -> dict:
     cmd = [str(tool or tool_path("llama-bench")), "-m", str(model), *test, "-r", str(reps), "-t", str(threads),
-           "--ridgefill", ",".join(modes), "-o", "json"]
+           "--ridgefill", ",".join(modes), "-o", "json", *maps_flags(maps)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BenchError(f"llama-bench failed ({' '.join(test)}):\n{proc.stderr[-2000:]}")
@@ -44,13 +46,14 @@ def ratio_interval(exact_ms: list[float], ridge_ms: list[float], n_boot: int = 1
 
 
 def overhead(model: str, rounds: int = 10, reps: int = 3, n_gen: int = 128, n_prompt: int = 512, threads: int = 2,
-             tool: str | None = None, progress=print) -> list[dict]:
-    """tg{n_gen} and pp{n_prompt} (a prompt that fills nothing under the model's sinks and tail), both modes."""
+             tool: str | None = None, progress=print, maps: str | None = None) -> list[dict]:
+    """tg{n_gen} and pp{n_prompt} (a prompt that fills nothing under the model's sinks and tail), both modes;
+    `maps`: a maps file beside `model`."""
     out = []
     for name, test in ((f"tg{n_gen}", ["-p", "0", "-n", str(n_gen)]), (f"pp{n_prompt}", ["-p", str(n_prompt), "-n", "0"])):
         times = {"exact": [], "ridge": []}
         for i in range(rounds):
-            for mode, ms in _round(model, test, round_order(("exact", "ridge"), i), reps, threads, tool).items():
+            for mode, ms in _round(model, test, round_order(("exact", "ridge"), i), reps, threads, tool, maps).items():
                 times[mode].append(ms)
             progress(f"{name} round {i + 1}/{rounds}: exact {times['exact'][-1]:.1f} ms, ridge {times['ridge'][-1]:.1f} ms")
         ratio, lo, hi = ratio_interval(times["exact"], times["ridge"])

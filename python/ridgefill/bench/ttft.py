@@ -26,7 +26,7 @@ from ..errors import RidgefillError
 from ..fit.route import parse_mode
 from ..runtime.split_prefill import nothing_filled
 from ..paths import tool_path
-from ..serve.server import LlamaServer, ServerPool, ridgefill_flags, ttft_ms
+from ..serve.server import LlamaServer, ServerPool, maps_flags, ridgefill_flags, ttft_ms
 from .report import LengthResult, summarize
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identit
     `rpc`: 'host:port,...' of ggml-rpc-servers; `ngl`: layers on the GPU or RPC devices (-1: all of them);
     `tensor_split`: where a pipelined run puts the layers (pipeline.Placer); `warmup`: run each process's
     prompt once untimed first (None: where layers are on devices, see _warm)."""
-    extra_args = (*extra_args, *_placement(rpc, ngl), *_maps_flags(maps))
+    extra_args = (*extra_args, *_placement(rpc, ngl), *maps_flags(maps))
     split, sinks, tail = fill_settings(maps or model, modes, split, sinks, tail)
     _warn_unfilled(lengths, modes, sinks, tail, progress)
     shape = costmodel.Shape.from_gguf(model)
@@ -141,10 +141,6 @@ def _server_prompt(m: Model, toks: np.ndarray, n_tokens: int, run: int) -> list[
     return [int(t) for t in piece]
 
 
-def _maps_flags(maps: str | None) -> list[str]:
-    return ["--ridgefill-maps", str(maps)] if maps else []
-
-
 def _placement(rpc: str | None, ngl: int) -> list[str]:
     """Where the layers go, in the flags llama-bench and llama-server share (-ngl -1 is "all" in both)."""
     return [*(["--rpc", rpc] if rpc else []), "-ngl", str(ngl)]
@@ -183,7 +179,7 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
     longest = max(lengths)
     fill_modes = list(modes) if placer.active else [x for x in modes if x != "exact"] or ["exact"]
     pool = ServerPool({x: LlamaServer(model, _server_args(x, split, sinks, tail, batch, ubatch, rpc, ngl) +
-                                      placer.flags(x, longest) + _maps_flags(maps), ctx=longest + 64, threads=threads)
+                                      placer.flags(x, longest) + maps_flags(maps), ctx=longest + 64, threads=threads)
                        for x in fill_modes},
                       exclusive=bool(rpc))
     server_of = lambda mode: mode if mode in fill_modes else fill_modes[0]  # noqa: E731

@@ -39,7 +39,7 @@ def _cmd_bench_overhead(args) -> int:
 
     log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.quiet else (lambda msg: None)
     results = overhead.overhead(args.model, rounds=args.rounds, reps=args.reps, n_gen=args.n_gen,
-                                n_prompt=args.n_prompt, threads=args.threads, progress=log)
+                                n_prompt=args.n_prompt, threads=args.threads, progress=log, maps=args.maps)
     if args.json_out:
         from pathlib import Path
 
@@ -59,7 +59,7 @@ def _cmd_bench_soak(args) -> int:
 
     tokens = Model(base, n_gpu_layers=0).tokenize(Path(text_source.__file__).read_text())
     result = soak.soak(Path(args.model), base, args.mode, tokens, args.requests, args.threads, args.max_seconds,
-                       args.seed, args.split)
+                       args.seed, args.split, Path(args.maps) if args.maps else None)
     table = soak.render(result)
     print(table)
     if args.json:
@@ -132,6 +132,7 @@ def add_commands(sub) -> None:
                                     "an error, a crash, a partial fill or a leak)")
     bs.add_argument("--model", required=True, help="augmented GGUF (ridge maps), or a base GGUF with --mode identity")
     bs.add_argument("--base", help="base GGUF for the stock passes (default: the default model)")
+    bs.add_argument("--maps", help="a maps file the fork's server loads beside --model (then the base)")
     bs.add_argument("--mode", choices=("ridge", "identity"), default="ridge")
     bs.add_argument("--split", type=int, help="split layer (identity; ridge takes the maps')")
     bs.add_argument("--requests", type=int, default=200)
@@ -174,6 +175,7 @@ def add_commands(sub) -> None:
     bo = bp.add_parser("overhead", help="ridge vs exact where nothing is filled (tg128, a short prompt), interleaved; "
                                         "exit 1 when a ratio is off by more than --tolerance")
     bo.add_argument("--model", required=True, help="augmented GGUF (lagged or window maps keep split states)")
+    bo.add_argument("--maps", help="a maps file beside --model (the base)")
     bo.add_argument("--rounds", type=int, default=10, help="llama-bench processes, each running both modes")
     bo.add_argument("--reps", type=int, default=3, help="llama-bench -r within a round")
     bo.add_argument("--n-gen", type=int, default=128)

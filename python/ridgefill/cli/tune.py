@@ -48,6 +48,8 @@ def add_commands(sub) -> None:
                         "part-way); with --measure, still time the candidates")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("-o", "--output", help="augmented GGUF to write with the chosen split, sinks and tail")
+    p.add_argument("--maps-only", action="store_true",
+                   help="write the output as a maps file beside the base (--ridgefill-maps) instead")
     p.set_defaults(func=cmd_tune)
 
 
@@ -81,7 +83,7 @@ def cmd_tune(args) -> int:
     # the store holds the quality, not the maps (a fresh clone of a committed report): fit the chosen split if absent
     frontier.fit_candidates(Path(args.base), [chosen["split"]], fit_config(args), work, log)
     check_measured_maps(work, chosen["split"])
-    frontier.write_tuned(Path(args.base), work, chosen, Path(args.output))
+    frontier.write_tuned(Path(args.base), work, chosen, Path(args.output), maps_only=args.maps_only)
     print(f"chosen: split {chosen['split']}, sinks {chosen['sinks']}, tail {chosen['tail']}, "
           f"routed {100 * chosen.get('route', 0.0):g} % "
           f"({frontier.speedup(chosen):.2f}x, {_quality_text(chosen)})")

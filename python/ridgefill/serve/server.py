@@ -36,6 +36,11 @@ def ridgefill_flags(mode: str, split: int | None = None, sinks: int | None = Non
     return flags
 
 
+def maps_flags(maps) -> list[str]:
+    """llama-server's and llama-bench's flag for a maps file beside the model (none without one)."""
+    return ["--ridgefill-maps", str(maps)] if maps else []
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -6,14 +6,14 @@ in RidgeFill:
   the reference, pass for pass (the second pass meets a warm prompt cache);
 - `stock'`: a second stock server: its disagreement with `stock`, pass for pass, is
   llama.cpp's own batch-dependence (it is not batch-invariant), the noise floor;
-- `fork`: the augmented GGUF with --ridgefill MODE; fill requests ask for MODE, exact
-  requests for "exact"; pass k is compared with stock's pass k.
+- `fork`: the augmented GGUF (or base + --ridgefill-maps) with --ridgefill MODE; fill requests ask for MODE,
+  exact requests for "exact"; pass k is compared with stock's pass k.
 Requests share prefixes (cache_prompt on), half stream, and some are cancelled mid-prompt
 (the client closes its connection). Per pass: errors, whether the server died, the filled
 share of every fill request (filled rows / rows in its fill range that it processed), for
-every exact request whether an exact prompt explains the prefix it reused, exact
-answers that differ from stock's, server RSS before and after, prompt time per token. Then a leak check
-on a 1-slot server (fill, then exact on the same slot, against stock). Loopback; passes bounded by --max-seconds.
+every exact request whether an exact prompt explains the prefix it reused, exact answers that differ from stock's,
+server RSS before and after, prompt time per token. Then a leak check on a 1-slot server (fill, then exact on the
+same slot, against stock). Loopback; passes bounded by --max-seconds.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..runtime import fill_range
-from .server import LlamaServer, ridgefill_flags
+from .server import LlamaServer, maps_flags, ridgefill_flags
 
 N_SLOTS = 4
 SLOT_CTX = 1024
@@ -209,14 +209,14 @@ def _ms_per_token(outs: list[Outcome]) -> float | None:
     return statistics.median(v) if v else None
 
 
-def leak_check(base: Path, model: Path, mode: str, tokens: np.ndarray, threads: int, split: int | None = None) -> dict:
+def leak_check(base: Path, model: Path, mode: str, tokens: np.ndarray, threads: int, split=None, maps=None) -> dict:
     """One slot: a fill request, then an exact one on the same slot; the exact answer against stock's."""
-    args = ["-fa", "off", "-b", "256", "-ub", "64"]
+    args, body = ["-fa", "off", "-b", "256", "-ub", "64"], {"n_predict": 8, "n_probs": 3, "temperature": 0.0, "cache_prompt": True}
     fill_prompt, exact_prompt = tokens[:700].tolist(), tokens[2000:2400].tolist()
-    body = {"n_predict": 8, "n_probs": 3, "temperature": 0.0, "cache_prompt": True}
     with LlamaServer(base, args, ctx=SLOT_CTX, threads=threads) as srv:
         stock = srv.post("/completion", {"prompt": exact_prompt, **body})
-    with LlamaServer(model, args + ridgefill_flags(mode, split, tail=TAIL), ctx=SLOT_CTX, threads=threads) as srv:
+    fill = ridgefill_flags(mode, split, tail=TAIL) + maps_flags(maps)
+    with LlamaServer(model, args + fill, ctx=SLOT_CTX, threads=threads) as srv:
         filled = srv.post("/completion", {"prompt": fill_prompt, **body})
         after = srv.post("/completion", {"prompt": exact_prompt, "ridgefill": "exact", **body})
     same = (after["content"] == stock["content"]
@@ -225,11 +225,11 @@ def leak_check(base: Path, model: Path, mode: str, tokens: np.ndarray, threads: 
 
 
 def soak(model: Path, base: Path, mode: str, tokens: np.ndarray, n_requests: int, threads: int,
-         max_seconds: float, seed: int = 0, split: int | None = None) -> dict:
+         max_seconds: float, seed: int = 0, split: int | None = None, maps: Path | None = None) -> dict:
     reqs = make_requests(tokens, n_requests, seed)
     # a bounded RAM prompt cache: full after the first pass, so RSS growth in the second pass is a leak
     flags = ["-fa", "on", "-b", "512", "-ub", "128", "--cache-ram", str(CACHE_RAM_MIB)]
-    fill_flags = ridgefill_flags(mode, split, SINKS, TAIL)
+    fill_flags = ridgefill_flags(mode, split, SINKS, TAIL) + maps_flags(maps)
     stock_ctx = dict(ctx=N_SLOTS * SLOT_CTX, threads=threads, n_parallel=N_SLOTS)
     rows, ref = [], []
     with LlamaServer(base, flags, **stock_ctx) as srv:
@@ -246,9 +246,9 @@ def soak(model: Path, base: Path, mode: str, tokens: np.ndarray, n_requests: int
             res = run_pass(srv, reqs, mode, max_seconds)
             rows.append(summarize(f"fork {k} ({mode}, vs stock {k})", res, mode, ref[k - 1], prior))
             prior += [o.req.prompt for o in res["outcomes"] if not o.req.fill]
-    return {"model": str(model), "base": str(base), "mode": mode, "split": split, "requests": n_requests, "seed": seed,
-            "slots": N_SLOTS, "slot_ctx": SLOT_CTX, "sinks": SINKS, "tail": TAIL, "passes": rows,
-            "leak_check": leak_check(base, model, mode, tokens, threads, split)}
+    return {"model": str(model), "maps": maps and str(maps), "base": str(base), "mode": mode, "split": split,
+            "requests": n_requests, "seed": seed, "slots": N_SLOTS, "slot_ctx": SLOT_CTX, "sinks": SINKS, "tail": TAIL,
+            "passes": rows, "leak_check": leak_check(base, model, mode, tokens, threads, split, maps)}
 
 
 def render(result: dict) -> str:

@@ -244,9 +244,11 @@ def load_maps(work: Path, split: int):
     return ridge.load_maps(work / "fit" / f"s{split}.maps.npz")
 
 
-def write_tuned(base: Path, work: Path, row: dict, out: Path) -> Path:
-    """The augmented GGUF of the chosen split, with the chosen sinks, tail and routed share as its defaults."""
+def write_tuned(base: Path, work: Path, row: dict, out: Path, maps_only: bool = False) -> Path:
+    """The augmented GGUF (or, `maps_only`, the maps file) of the chosen split, with the chosen sinks, tail and
+    routed share as its defaults."""
     maps, identity, provenance = load_maps(work, row["split"])
-    fmt.pack(base, maps, identity, provenance, out,
+    write = fmt.write_maps if maps_only else fmt.pack
+    write(base, maps, identity, provenance, out,
               defaults=fmt.Defaults(row["sinks"], row["tail"], float(row.get("route", 0.0))))
     return out
