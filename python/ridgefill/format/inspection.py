@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from . import validate
-from .gguf_io import GGUFError, field, open_gguf
+from .gguf_io import GGUFError, open_gguf
 from .identity import has_maps, model_shape
 from .keys import MAP_BIAS, MAP_PREV, MAP_WINDOW, PER_LAYER, PREFIX, ROUTE_WHITEN, WINDOW, is_maps_tensor, layer_of
 

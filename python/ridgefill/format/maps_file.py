@@ -15,7 +15,7 @@ from .gguf_io import GGUFError, copy_field, copy_gguf, field, open_gguf, write_n
 from .identity import Fingerprints, ModelIdentity, fingerprints, has_maps, identity_of
 from .keys import (ADAPTER_TYPE, BASE_BLOCK_COUNT, BASE_EMBEDDING_LENGTH, BASE_LAYOUT_HASH, BASE_VOCAB_SIZE,
                    BASE_WEIGHTS_HASH, PREFIX, SPLIT_LAYER, is_maps_tensor)
-from .write import PackError, _add_base
+from .write import PackError, add_maps_file_header
 
 BASE_PREFIX = PREFIX + "base."
 
@@ -38,9 +38,7 @@ def unpack(augmented: str | os.PathLike, out: str | os.PathLike) -> Path:
     identity = identity_of(augmented, reader)
 
     def add_keys(writer: gguf.GGUFWriter) -> None:
-        writer.add_type(gguf.GGUFType.ADAPTER)
-        writer.add_string(gguf.Keys.Adapter.TYPE, ADAPTER_TYPE)
-        _add_base(writer, reader, identity)
+        add_maps_file_header(writer, reader, identity)
         for f in reader.fields.values():
             if f.name.startswith(PREFIX):
                 copy_field(writer, f)

@@ -58,9 +58,7 @@ def write_maps(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, pro
     reader, extra = _checked(Path(base), maps, identity, Path(out), map_type, defaults)
 
     def add_keys(writer: gguf.GGUFWriter) -> None:
-        writer.add_type(gguf.GGUFType.ADAPTER)
-        writer.add_string(gguf.Keys.Adapter.TYPE, ADAPTER_TYPE)
-        _add_base(writer, reader, identity)
+        add_maps_file_header(writer, reader, identity)
         _add_metadata(writer, maps, identity, provenance, defaults)
 
     return write_new_gguf(out, identity.arch, add_keys, extra)
@@ -119,8 +117,11 @@ def _tensors(maps: Maps, map_type: str, d: int) -> list[tuple[str, np.ndarray]]:
     return extra
 
 
-def _add_base(writer: gguf.GGUFWriter, reader: gguf.GGUFReader, identity: ModelIdentity) -> None:
-    """What a maps file records of the model it was fitted for (the fork checks each at load)."""
+def add_maps_file_header(writer: gguf.GGUFWriter, reader: gguf.GGUFReader, identity: ModelIdentity) -> None:
+    """A maps file's type (llama.cpp's adapter convention) and what it records of the model it was fitted for
+    (the fork checks each at load)."""
+    writer.add_type(gguf.GGUFType.ADAPTER)
+    writer.add_string(gguf.Keys.Adapter.TYPE, ADAPTER_TYPE)
     prints = fingerprints(reader)
     tokens = reader.get_field(gguf.Keys.Tokenizer.LIST)
     writer.add_uint32(BASE_BLOCK_COUNT, identity.n_layer)

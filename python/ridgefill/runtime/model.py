@@ -50,11 +50,11 @@ def add_rpc_servers(endpoints: str) -> None:
         raise LoadError(str(err)) from None
 
 
-def _check_gguf_file(path: Path) -> None:
+def _check_gguf_file(path: Path, kind: str = "model") -> None:
     if not path.exists():
-        raise MissingFile(f"model file not found: {path}")
+        raise MissingFile(f"{kind} file not found: {path}")
     if not path.is_file():
-        raise InputError(f"model path is not a file: {path}")
+        raise InputError(f"{kind} path is not a file: {path}")
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != GGUF_MAGIC:
@@ -74,7 +74,7 @@ class Model:
         self.maps = Path(maps) if maps else None
         _check_gguf_file(self.path)
         if self.maps:
-            _check_gguf_file(self.maps)
+            _check_gguf_file(self.maps, "maps")
         if rpc:
             add_rpc_servers(rpc)
         try:
