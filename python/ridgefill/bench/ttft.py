@@ -76,15 +76,16 @@ def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identit
          sinks: int | None = None, tail: int | None = None, split: int | None = None, batch: int = 2048,
          ubatch: int = 512, progress=print, tool: str | None = None, extra_args: tuple = (), rpc: str | None = None,
          ngl: int = -1, tensor_split: str = "auto", warmup: bool | None = None, maps: str | None = None) -> dict:
-    """TTFT through llama-bench; `maps`: a maps file beside `model` (--ridgefill-maps); `tool`/`extra_args`: another build of it (CUDA) and its flags;
+    """TTFT through llama-bench; `maps`: a maps file beside `model` (--ridgefill-maps), whose ridgefill.* metadata
+    then counts; `tool`/`extra_args`: another build of it (CUDA) and its flags;
     `rpc`: 'host:port,...' of ggml-rpc-servers; `ngl`: layers on the GPU or RPC devices (-1: all of them);
     `tensor_split`: where a pipelined run puts the layers (pipeline.Placer); `warmup`: run each process's
     prompt once untimed first (None: where layers are on devices, see _warm)."""
-    extra_args = (*extra_args, *_placement(rpc, ngl), *maps_flags(maps))
-    split, sinks, tail = fill_settings(maps or model, modes, split, sinks, tail)
+    extra_args, meta = (*extra_args, *_placement(rpc, ngl), *maps_flags(maps)), maps or model
+    split, sinks, tail = fill_settings(meta, modes, split, sinks, tail)
     _warn_unfilled(lengths, modes, sinks, tail, progress)
     shape = costmodel.Shape.from_gguf(model)
-    placer = _placer(maps or model, shape, rpc, ngl, tool, tensor_split, ubatch, split, sinks, tail)
+    placer = _placer(meta, shape, rpc, ngl, tool, tensor_split, ubatch, split, sinks, tail)
     warm = _warm(warmup, placer, ngl, tool)
     results = []
     for n in lengths:
@@ -99,8 +100,7 @@ def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identit
                     r.rows[mode] = report
                 progress(f"  {n} tokens, run {i + 1}/{runs}, {mode}: {ms:.0f} ms")
         results.append(r)
-    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(maps or model),
-                    lagged_maps(maps or model))
+    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(meta), lagged_maps(meta))
     out["path"], out["maps"] = "llama-bench", maps
     out["round_order"] = "alternating"
     out["rpc"], out["ngl"], out["warmup"] = rpc, ngl, warm
@@ -172,10 +172,11 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
 
     m = Model(model, n_gpu_layers=0)  # its tokenizer and training context only
     check_server_lengths(m, lengths)
-    split, sinks, tail = fill_settings(maps or model, modes, split, sinks, tail)
+    meta = maps or model  # the file whose ridgefill.* metadata counts
+    split, sinks, tail = fill_settings(meta, modes, split, sinks, tail)
     _warn_unfilled(lengths, modes, sinks, tail, progress)
     shape = costmodel.Shape.from_gguf(model)
-    placer = _placer(maps or model, shape, rpc, ngl, None, tensor_split, ubatch, split, sinks, tail)
+    placer = _placer(meta, shape, rpc, ngl, None, tensor_split, ubatch, split, sinks, tail)
     longest = max(lengths)
     fill_modes = list(modes) if placer.active else [x for x in modes if x != "exact"] or ["exact"]
     pool = ServerPool({x: LlamaServer(model, _server_args(x, split, sinks, tail, batch, ubatch, rpc, ngl) +
@@ -203,8 +204,7 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
                     progress(f"  llama-server {n} tokens, run {i + 1}/{runs}, {mode}: {ms:.0f} ms")
             r.peak_rss_mb = {mode: pool.peak_rss_mb(server_of(mode)) for mode in modes}
             results.append(r)
-    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(maps or model),
-                    lagged_maps(maps or model))
+    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(meta), lagged_maps(meta))
     out["path"], out["maps"] = "llama-server", maps
     out["round_order"] = "alternating"
     out["rpc"], out["ngl"], out["warmup"] = rpc, ngl, warm
