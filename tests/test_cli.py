@@ -103,6 +103,28 @@ def test_fit_lambda_must_be_a_positive_finite_number(capsys):
         assert says in capsys.readouterr().err
 
 
+def test_fit_defaults_are_the_published_figures_fits():
+    """`ridgefill fit BASE --split S` with nothing else fits what `tune` fits at S, the fits the README's figures
+    come from: the same capture (tokens, held-out share, windows, sinks, seed) and the same solve."""
+    import inspect
+
+    from ridgefill.cli import commands as cli
+    from ridgefill.cli import fit as fit_cli
+    from ridgefill.fit import pipeline
+    from ridgefill.format import Defaults
+    from ridgefill.tune.frontier import FitConfig
+
+    args = cli.build_parser().parse_args(["fit", "b.gguf", "--split", "12"])
+    assert fit_cli._capture_config(args) == FitConfig().capture(12)
+    assert args.tokens == 16384
+    solve = {k: p.default for k, p in inspect.signature(pipeline.fit_and_pack).parameters.items()}
+    assert (args.type, fit_cli._defaults(args), fit_cli._lag_gain(args), args.lag_keys, args.lam) == \
+        (solve["map_type"], solve["defaults"], solve["lag_gain"], solve["lag_keys"], solve["lam"])
+    assert (not args.no_identity_blend, args.window_gain, tuple(args.window_ranks)) == \
+        (solve["blend"], solve["window_gain"], tuple(solve["ranks"]))
+    assert fit_cli._defaults(args) == Defaults()
+
+
 @pytest.mark.slow  # reads the model's GGUF
 def test_bench_placement_prints_each_modes_tensor_split(shared_models, capsys):
     from ridgefill.bench import costmodel

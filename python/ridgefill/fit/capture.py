@@ -24,6 +24,7 @@ from ..sources.corpus import Document, corpus_hash
 from ..runtime import supported_archs  # builders that record each layer's input
 from ..format.identity import ModelIdentity
 from ..format.write import Defaults
+from .defaults import DEFAULT_TOKENS
 from .stats import MAX_WINDOW, CalibrationStats, MapInputs, Moments, Provenance
 from ..errors import RidgefillError
 
@@ -35,7 +36,7 @@ class CalibrationError(RidgefillError, ValueError):
 @dataclass(frozen=True)
 class CaptureConfig:
     split: int
-    tokens: int = 65536  # training + held-out tokens in total
+    tokens: int = DEFAULT_TOKENS  # training + held-out tokens in total
     heldout_frac: float = 0.125
     window: int = 2048
     min_piece: int = 128  # shortest document piece in a window (calib_windows)

@@ -21,14 +21,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .defaults import DEFAULT_RANKS, DEFAULT_WINDOW_GAIN
 from .heldout import heldout_sst
 from ..format.maps import Maps
 from .ridge import DEFAULT_GRID, Candidate, MapKind
 from .stats import CalibrationStats, Moments
 from ..errors import InputError
-
-DEFAULT_RANKS = (32, 64, 128, 256)
-DEFAULT_WINDOW_GAIN = 0.05
 
 
 @dataclass

@@ -26,6 +26,7 @@ from .. import format as fmt
 from ..fit import pipeline, ridge
 from ..fit.route import mode_name
 from ..fit.capture import CaptureConfig
+from ..fit.defaults import DEFAULT_TOKENS
 from ..errors import InputError
 from ..fetch import sha256_file
 
@@ -34,7 +35,7 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class FitConfig:
-    tokens: int = 16384
+    tokens: int = DEFAULT_TOKENS
     window: int = 2048
     seed: int = 0
     threads: int | None = None
