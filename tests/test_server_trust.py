@@ -149,6 +149,36 @@ def test_every_ridge_request_fills_its_range_under_continuous_batching(smollm2_p
         assert "ridgefill_filled_n" not in results[f"exact{i}"]["timings"]
 
 
+def test_a_prompt_never_reuses_rows_filled_where_it_asks_for_the_full_model(smollm2_path, tokens):
+    """Same settings, cache_prompt on: a prompt that ends inside an earlier prompt's fill range asks for its last
+    `tail` rows in full, and the slot holds them filled; it reuses the rows before them only, and answers what a
+    server that never saw the earlier prompt answers, bit for bit. The same prompt again reuses all but its last
+    row and answers what that server answers to it a second time (one row alone: llama.cpp's own batch rounding)."""
+    # the short prompt's fill range ends at a batch boundary (512 = 2 x -b), so both servers cut its filled rows
+    # into the same ubatches
+    long, short, tail = tokens[:700], tokens[:576], 64
+    args = FILL + ["-b", "256", "-ub", "64"]
+    body = dict(n_predict=8, n_probs=3, cache_prompt=True)
+    with LlamaServer(smollm2_path, args, ctx=CTX, threads=2) as srv:
+        fresh = [_complete(srv, short, **body) for _ in range(2)]
+    with LlamaServer(smollm2_path, args, ctx=CTX, threads=2) as srv:
+        first = _complete(srv, long, **body)
+        again = [_complete(srv, short, **body) for _ in range(2)]
+    assert first["timings"]["ridgefill_filled_n"] == len(long) - 4 - tail
+    t = again[0]["timings"]
+    assert (t["cache_n"], t["ridgefill_filled_n"], t["ridgefill_full_n"]) == (len(short) - tail, 0, tail), t
+    assert again[1]["timings"]["cache_n"] == fresh[1]["timings"]["cache_n"] == len(short) - 1
+    for reply, ref in zip(again, fresh):
+        assert reply["content"] == ref["content"]
+        assert reply["completion_probabilities"] == ref["completion_probabilities"]
+    # the same from the RAM prompt cache: another prompt took the slot, the long one's state waits in RAM
+    with LlamaServer(smollm2_path, args + ["--cache-ram", "64"], ctx=CTX, threads=2) as srv:
+        _complete(srv, long, **body)
+        _complete(srv, tokens[1000:1300], **body)
+        t = _complete(srv, short, **body)["timings"]
+    assert (t["cache_n"], t["ridgefill_filled_n"], t["ridgefill_full_n"]) == (len(short) - tail, 0, tail), t
+
+
 def test_identity_without_a_split_on_a_model_without_maps_says_what_to_pass(smollm2_path, tmp_path):
     log = tmp_path / "server.log"
     with pytest.raises(ServerError, match="exited with code 1 during startup"):
