@@ -34,3 +34,35 @@ def test_requests_are_seeded_and_share_prefixes():
     assert a == b
     assert len({r.prompt[:128] for r in a}) <= 6
     assert {r.fill for r in a} == {True, False} and {r.stream for r in a} == {True, False}
+
+
+def test_fill_reuse_is_ok_within_the_fill_range_or_explained_by_a_prompt_whose_range_ends_no_later():
+    long = Request(1, True, False, False, tuple(range(700)))
+    short = Request(2, True, False, False, tuple(range(576)))
+    o = Outcome(short, "ok", timings={"cache_n": 512})
+    assert soak.fill_reuse_ok(o, [long])                                     # 512 = 576 - 64: within its range
+    o = Outcome(short, "ok", timings={"cache_n": 575})
+    assert not soak.fill_reuse_ok(o, [long])                                 # rows 512..574 were filled for `long`
+    assert soak.fill_reuse_ok(o, [long, Request(0, True, False, False, tuple(range(576)))])   # its own retry
+    other = Request(0, True, False, False, tuple(range(576)), sink=8, tail=128)
+    assert not soak.fill_reuse_ok(o, [other])                                # other settings explain nothing
+
+
+def test_requests_retry_cut_prompts_switch_settings_and_act_on_slots():
+    reqs = soak.make_requests(np.arange(5000), 400, seed=1)
+    prompts = [r.prompt for r in reqs]
+    cut = [r for r in reqs if any(len(p) > len(r.prompt) and p[:len(r.prompt)] == r.prompt for p in prompts[:r.i])]
+    assert len(cut) > 10 and all(len(r.prompt) > 128 for r in cut)
+    assert {(r.sink, r.tail) for r in reqs if r.fill} == set(soak.SETTINGS)
+    assert {(r.sink, r.tail) for r in reqs if not r.fill} == {(soak.SINKS, soak.TAIL)}
+    acts = [r for r in reqs if r.slot_action]
+    assert {r.slot_action for r in acts} == {"save", "restore"} and all(0 <= r.other < r.i for r in acts)
+
+
+def test_a_fill_request_carries_its_settings_and_an_exact_one_none():
+    fill = Request(0, True, False, False, (1, 2, 3), sink=8, tail=128)
+    body = soak._body(fill, "ridge")
+    assert (body["ridgefill"], body["ridgefill_sink"], body["ridgefill_tail"]) == ("ridge", 8, 128)
+    exact = soak._body(Request(1, False, False, False, (1, 2, 3)), "ridge")
+    assert exact["ridgefill"] == "exact" and "ridgefill_tail" not in exact
+    assert "ridgefill" not in soak._body(fill, None)                         # stock servers get plain requests

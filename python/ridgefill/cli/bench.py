@@ -69,6 +69,7 @@ def _cmd_bench_soak(args) -> int:
     passes = result["passes"]
     bad = any(r["errors"] or not r["server_alive"] for r in passes) or not result["leak_check"]["exact_after_fill_equals_stock"]
     bad |= any(r.get("filled_share_min") is not None and r["filled_share_min"] < 1.0 for r in passes)
+    bad |= any(r["slot_errors"] or r.get("fill_reuse_ok", 0) != r.get("fill_requests", 0) for r in passes)
     return 1 if bad else 0
 
 
@@ -129,7 +130,8 @@ def _cmd_bench_placement(args) -> int:
 def add_commands(sub) -> None:
     bp = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_cmd", required=True)
     bs = bp.add_parser("soak", help="a 4-slot llama-server under mixed exact/fill requests, against stock (exit 1 on "
-                                    "an error, a crash, a partial fill or a leak)")
+                                    "an error, a crash, a partial fill, filled rows reused where a request asked for exact ones, a "
+                                    "failed slot save or restore, or a leak)")
     bs.add_argument("--model", required=True, help="augmented GGUF (ridge maps), or a base GGUF with --mode identity")
     bs.add_argument("--base", help="base GGUF for the stock passes (default: the default model)")
     bs.add_argument("--maps", help="a maps file the fork's server loads beside --model (then the base)")

@@ -8,11 +8,16 @@ in RidgeFill:
   llama.cpp's own batch-dependence (it is not batch-invariant), the noise floor;
 - `fork`: the augmented GGUF (or base + --ridgefill-maps) with --ridgefill MODE; fill requests ask for MODE,
   exact requests for "exact"; pass k is compared with stock's pass k.
-Requests share prefixes (cache_prompt on), half stream, and some are cancelled mid-prompt
-(the client closes its connection). Per pass: errors, whether the server died, the filled
-share of every fill request (filled rows / rows in its fill range that it processed), for
-every exact request whether an exact prompt explains the prefix it reused, exact answers that differ from stock's,
-server RSS before and after, prompt time per token. Then a leak check on a 1-slot server (fill, then exact on the
+Requests share prefixes (cache_prompt on), half stream, some are cancelled mid-prompt (the client
+closes its connection), some retry an earlier prompt cut short (it ends inside the earlier one's fill
+range), fill requests switch their sink and tail rows per request (`ridgefill_sink`, `ridgefill_tail`),
+and some requests first save the slot that served an earlier request to a file (`/slots/ID?action=save`;
+the fork refuses a slot that holds filled KV) or restore a saved file into a slot. Per pass: errors,
+whether the server died, the filled share of every fill request (filled rows / rows in its fill range that
+it processed), whether an earlier prompt of the same settings explains every fill request's reused rows
+beyond its own fill range (rows it asked to run in full), for every exact request whether an exact
+prompt explains the prefix it reused, exact answers that differ from stock's, slot saves, refusals and
+restores, server RSS before and after, prompt time per token. Then a leak check on a 1-slot server (fill, then exact on the
 same slot, against stock). Loopback; passes bounded by --max-seconds.
 """
 
@@ -21,6 +26,7 @@ from __future__ import annotations
 import http.client
 import json
 import statistics
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +41,9 @@ from .server import LlamaServer, maps_flags, ridgefill_flags
 N_SLOTS = 4
 SLOT_CTX = 1024
 SINKS, TAIL = 4, 64
+SETTINGS = ((SINKS, TAIL), (8, 128), (SINKS, 32))  # (sink, tail) a fill request asks for; the first: the server's
 CACHE_RAM_MIB = 256
+REFUSED_SAVE = "cannot save a slot whose KV cache was filled by RidgeFill"
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,15 @@ class Request:
     cancel: bool      # the client hangs up while the prompt is processed
     prompt: tuple[int, ...]
     n_predict: int = 4
+    sink: int = SINKS  # the fill settings a fill request asks for
+    tail: int = TAIL
+    slot_action: str | None = None  # "save" (the slot that served request `other`) or "restore" (its file), first
+    other: int = -1
+
+
+def exact_from(req: Request) -> int:
+    """The first row, at or after the sinks, that the request asks to run in full: the end of its fill range."""
+    return max(len(req.prompt) - req.tail, req.sink)
 
 
 @dataclass
@@ -55,19 +72,31 @@ class Outcome:
     content: str = ""
     timings: dict = field(default_factory=dict)
     error: str = ""
+    id_slot: int | None = None
+    slot_action: str | None = None   # what the request's slot action did (Slots.act)
 
 
 def make_requests(tokens: np.ndarray, n: int, seed: int = 0) -> list[Request]:
-    """`n` requests: prompts = one of 6 shared 128-token prefixes + a 100-350-token suffix."""
+    """`n` requests: prompts = one of 6 shared 128-token prefixes + a 100-350-token suffix, or (one in ten) an
+    earlier prompt cut 20-100 tokens short; fill requests take one of SETTINGS; one in twenty-five first saves the
+    slot of an earlier request, one in twenty-five first restores an earlier save."""
     rng = np.random.default_rng(seed)
     prefixes = [tokens[k * 128:(k + 1) * 128] for k in range(6)]
-    out = []
+    out: list[Request] = []
     for i in range(n):
-        start = int(rng.integers(1000, len(tokens) - 700))
-        suffix = tokens[start:start + int(rng.integers(100, 350))]
-        prompt = tuple(int(t) for t in np.concatenate([prefixes[int(rng.integers(0, 6))], suffix]))
-        out.append(Request(i, fill=bool(rng.random() < 0.5), stream=bool(rng.random() < 0.5),
-                           cancel=bool(rng.random() < 0.05), prompt=prompt))
+        if out and rng.random() < 0.1:
+            parent = out[int(rng.integers(0, len(out)))].prompt
+            prompt = parent[:len(parent) - int(rng.integers(20, min(100, len(parent) - 128) + 1))]
+        else:
+            start = int(rng.integers(1000, len(tokens) - 700))
+            suffix = tokens[start:start + int(rng.integers(100, 350))]
+            prompt = tuple(int(t) for t in np.concatenate([prefixes[int(rng.integers(0, 6))], suffix]))
+        fill, stream, cancel = bool(rng.random() < 0.5), bool(rng.random() < 0.5), bool(rng.random() < 0.05)
+        sink, tail = SETTINGS[int(rng.integers(0, len(SETTINGS)))] if fill else (SINKS, TAIL)
+        action, other = None, -1
+        if out and rng.random() < 0.08:
+            action, other = ("save", "restore")[int(rng.integers(0, 2))], int(rng.integers(0, len(out)))
+        out.append(Request(i, fill, stream, cancel, prompt, sink=sink, tail=tail, slot_action=action, other=other))
     return out
 
 
@@ -76,7 +105,61 @@ def _body(req: Request, fill_mode: str | None) -> dict:
             "stream": req.stream}
     if fill_mode is not None:
         body["ridgefill"] = fill_mode if req.fill else "exact"
+        if req.fill:
+            body.update(ridgefill_sink=req.sink, ridgefill_tail=req.tail)
     return body
+
+
+class Slots:
+    """Which slot served each request, and the slot files saved so far: the bookkeeping of save and restore."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.served: dict[int, int] = {}  # request -> id_slot
+        self.saved: list[str] = []
+
+    def record(self, o: Outcome) -> None:
+        if o.id_slot is not None:
+            with self.lock:
+                self.served[o.req.i] = o.id_slot
+
+    def act(self, srv: "LlamaServer", req: Request) -> str | None:
+        """Run the request's slot action first; what happened: saved, refused (filled KV), restored, skipped, or
+        an error message."""
+        with self.lock:
+            slot = self.served.get(req.other)
+            files = list(self.saved)
+        if req.slot_action == "save":
+            if slot is None:
+                return "skipped"
+            name = f"r{req.i}.bin"
+            reply = _slot_post(srv, slot, "save", name)
+            if reply.get("n_saved") is not None:
+                with self.lock:
+                    self.saved.append(name)
+                return "saved"
+            return "refused" if REFUSED_SAVE in json.dumps(reply) else f"save: {reply}"
+        if not files:
+            return "skipped"
+        reply = _slot_post(srv, req.other % N_SLOTS, "restore", files[req.other % len(files)])
+        return "restored" if reply.get("n_restored") is not None else f"restore: {reply}"
+
+
+def _slot_post(srv: "LlamaServer", slot: int, action: str, filename: str) -> dict:
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=300)
+    try:
+        conn.request("POST", f"/slots/{slot}?action={action}", json.dumps({"filename": filename}),
+                     {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        raw = resp.read().decode("utf-8", "replace")
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            return {"error": f"HTTP {resp.status}: {raw[:200]}"}
+    except (OSError, http.client.HTTPException) as err:
+        return {"error": repr(err)}
+    finally:
+        conn.close()
 
 
 def send(srv: LlamaServer, req: Request, fill_mode: str | None, timeout: float = 300.0) -> Outcome:
@@ -93,14 +176,14 @@ def send(srv: LlamaServer, req: Request, fill_mode: str | None, timeout: float =
             return Outcome(req, "error", error=f"HTTP {resp.status}: {raw[:300]}")
         if not req.stream:
             data = json.loads(raw)
-            return Outcome(req, "ok", data.get("content", ""), data.get("timings", {}))
-        content, timings = "", {}
+            return Outcome(req, "ok", data.get("content", ""), data.get("timings", {}), id_slot=data.get("id_slot"))
+        content, timings, slot = "", {}, None
         for line in raw.splitlines():
             if line.startswith("data: ") and line[6:].strip() != "[DONE]":
                 chunk = json.loads(line[6:])
                 content += chunk.get("content", "")
-                timings = chunk.get("timings", timings)
-        return Outcome(req, "ok", content, timings)
+                timings, slot = chunk.get("timings", timings), chunk.get("id_slot", slot)
+        return Outcome(req, "ok", content, timings, id_slot=slot)
     except (OSError, http.client.HTTPException, json.JSONDecodeError) as err:
         return Outcome(req, "error", error=repr(err))
     finally:
@@ -118,12 +201,15 @@ def run_pass(srv: LlamaServer, reqs: list[Request], fill_mode: str | None, max_s
     """Send `reqs` through N_SLOTS client threads; stop sending after max_seconds."""
     deadline = time.monotonic() + max_seconds
     rss0 = rss_mb(srv)
-    lock, outcomes = threading.Lock(), []
+    lock, outcomes, slots = threading.Lock(), [], Slots()
 
     def one(req):
         if time.monotonic() > deadline or not srv.alive():
             return
+        action = slots.act(srv, req) if req.slot_action else None
         o = send(srv, req, fill_mode)
+        o.slot_action = action
+        slots.record(o)
         with lock:
             outcomes.append(o)
 
@@ -138,11 +224,22 @@ def run_pass(srv: LlamaServer, reqs: list[Request], fill_mode: str | None, max_s
 
 def filled_share(o: Outcome) -> float | None:
     """Filled rows / rows of the fill range [sinks, n - tail) that this request processed (not reused)."""
-    lo, hi = fill_range(len(o.req.prompt), SINKS, TAIL)
+    lo, hi = fill_range(len(o.req.prompt), o.req.sink, o.req.tail)
     eligible = max(0, hi - max(lo, int(o.timings.get("cache_n", 0))))
     if eligible == 0:
         return None
     return int(o.timings.get("ridgefill_filled_n", 0)) / eligible
+
+
+def fill_reuse_ok(o: Outcome, earlier_fill: list[Request]) -> bool:
+    """A fill request read no filled row where it asked for the full model: the rows it reused end within its fill
+    range, or an earlier fill prompt of the same settings, whose own fill range ends there, explains them. Necessary,
+    not sufficient, as exact_kv_only."""
+    cached = int(o.timings.get("cache_n", 0))
+    if cached <= exact_from(o.req):
+        return True
+    return any((r.sink, r.tail) == (o.req.sink, o.req.tail) and exact_from(r) <= exact_from(o.req)
+               and _common_prefix(o.req.prompt, r.prompt) >= cached for r in earlier_fill)
 
 
 def exact_kv_only(o: Outcome, earlier_exact: list[tuple[int, ...]]) -> bool:
@@ -166,9 +263,10 @@ def _common_prefix(a, b) -> int:
 
 
 def summarize(name: str, res: dict, fill_mode: str | None, reference: dict[int, str] | None,
-              prior_exact: list = ()) -> dict:
+              prior_exact: list = (), prior_fill: list = ()) -> dict:
     """One pass's row. Fill columns only where the server fills (fill_mode); `reference`: answers
-    to compare exact requests with; `prior_exact`: exact prompts sent to this server in earlier passes."""
+    to compare exact requests with; `prior_exact`, `prior_fill`: exact and fill requests sent to this server in
+    earlier passes."""
     outs = res["outcomes"]
     ok = [o for o in outs if o.status == "ok"]
     fills = [o for o in ok if o.req.fill]
@@ -185,15 +283,24 @@ def summarize(name: str, res: dict, fill_mode: str | None, reference: dict[int, 
         "exact_requests": len(exacts),
         "ms_per_token_exact": _ms_per_token(exacts),
         "error_samples": [o.error for o in outs if o.status == "error"][:3],
+        "slot_saved": sum(o.slot_action == "saved" for o in outs),
+        "slot_refused": sum(o.slot_action == "refused" for o in outs),
+        "slot_restored": sum(o.slot_action == "restored" for o in outs),
+        "slot_errors": [o.slot_action for o in outs if o.slot_action not in (None, "saved", "refused", "restored",
+                                                                              "skipped")][:3],
     }
     if fill_mode is not None:
         shares = [s for s in (filled_share(o) for o in fills) if s is not None]
-        exact_prompts = [o.req.prompt for o in outs if not o.req.fill] + list(prior_exact)
+        # what other requests of this pass and every request of earlier passes sent (a request repeats by pass)
+        def others(o, fill):
+            return [x.req for x in outs if x.req.fill == fill and x is not o] + list(prior_fill if fill else prior_exact)
+
         row.update({
             "fill_requests": len(fills),
+            "fill_reuse_ok": sum(fill_reuse_ok(o, others(o, True)) for o in fills),
             "filled_share_min": min(shares) if shares else None,
             "filled_share_mean": statistics.fmean(shares) if shares else None,
-            "exact_kv_only": sum(exact_kv_only(o, [p for p in exact_prompts if p is not o.req.prompt]) for o in exacts),
+            "exact_kv_only": sum(exact_kv_only(o, [r.prompt for r in others(o, False)]) for o in exacts),
             "ms_per_token_fill": _ms_per_token(fills),
         })
     if reference is not None:
@@ -224,36 +331,49 @@ def leak_check(base: Path, model: Path, mode: str, tokens: np.ndarray, threads: 
     return {"filled_rows": filled["timings"].get("ridgefill_filled_n", 0), "exact_after_fill_equals_stock": same}
 
 
+def _save_flags(work: Path, name: str) -> list[str]:
+    d = work / name
+    d.mkdir(parents=True, exist_ok=True)
+    return ["--slot-save-path", str(d)]
+
+
 def soak(model: Path, base: Path, mode: str, tokens: np.ndarray, n_requests: int, threads: int,
-         max_seconds: float, seed: int = 0, split: int | None = None, maps: Path | None = None) -> dict:
+         max_seconds: float, seed: int = 0, split: int | None = None, maps: Path | None = None,
+         work: Path | None = None) -> dict:
+    """`work`: where the servers save slots (a temporary folder by default)."""
+    if work is None:
+        with tempfile.TemporaryDirectory(prefix="ridgefill-soak-") as tmp:
+            return soak(model, base, mode, tokens, n_requests, threads, max_seconds, seed, split, maps, Path(tmp))
     reqs = make_requests(tokens, n_requests, seed)
     # a bounded RAM prompt cache: full after the first pass, so RSS growth in the second pass is a leak
     flags = ["-fa", "on", "-b", "512", "-ub", "128", "--cache-ram", str(CACHE_RAM_MIB)]
     fill_flags = ridgefill_flags(mode, split, SINKS, TAIL) + maps_flags(maps)
     stock_ctx = dict(ctx=N_SLOTS * SLOT_CTX, threads=threads, n_parallel=N_SLOTS)
     rows, ref = [], []
-    with LlamaServer(base, flags, **stock_ctx) as srv:
+    with LlamaServer(base, flags + _save_flags(work, "stock"), **stock_ctx) as srv:
         for k in (1, 2):
             res = run_pass(srv, reqs, None, max_seconds)
             ref.append({o.req.i: o.content for o in res["outcomes"] if o.status == "ok" and not o.req.fill})
             rows.append(summarize(f"stock {k}", res, None, None))
-    with LlamaServer(base, flags, **stock_ctx) as srv:  # a second stock server: llama.cpp's own run-to-run noise
+    with LlamaServer(base, flags + _save_flags(work, "stock2"), **stock_ctx) as srv:  # a second stock server: llama.cpp's own run-to-run noise
         for k in (1, 2):
             rows.append(summarize(f"stock' {k} (vs stock {k})", run_pass(srv, reqs, None, max_seconds), None, ref[k - 1]))
-    with LlamaServer(model, flags + fill_flags, **stock_ctx) as srv:
-        prior: list = []
+    with LlamaServer(model, flags + fill_flags + _save_flags(work, "fork"), **stock_ctx) as srv:
+        prior, prior_fill = [], []
         for k in (1, 2):
             res = run_pass(srv, reqs, mode, max_seconds)
-            rows.append(summarize(f"fork {k} ({mode}, vs stock {k})", res, mode, ref[k - 1], prior))
-            prior += [o.req.prompt for o in res["outcomes"] if not o.req.fill]
+            rows.append(summarize(f"fork {k} ({mode}, vs stock {k})", res, mode, ref[k - 1], prior, prior_fill))
+            prior += [o.req for o in res["outcomes"] if not o.req.fill]
+            prior_fill += [o.req for o in res["outcomes"] if o.req.fill]
     return {"model": str(model), "maps": maps and str(maps), "base": str(base), "mode": mode, "split": split,
             "requests": n_requests, "seed": seed, "slots": N_SLOTS, "slot_ctx": SLOT_CTX, "sinks": SINKS, "tail": TAIL,
+            "settings": [list(x) for x in SETTINGS],
             "passes": rows, "leak_check": leak_check(base, model, mode, tokens, threads, split, maps)}
 
 
 def render(result: dict) -> str:
     cols = ["pass", "requests", "errors", "cancelled", "server_alive", "fill_requests", "filled_share_min",
-            "exact_requests", "exact_kv_only", "exact_compared", "exact_mismatch", "rss_mb_before", "rss_mb_after",
+            "fill_reuse_ok", "slot_saved", "slot_refused", "slot_restored", "exact_requests", "exact_kv_only", "exact_compared", "exact_mismatch", "rss_mb_before", "rss_mb_after",
             "ms_per_token_exact", "ms_per_token_fill", "seconds"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in result["passes"]:
@@ -289,6 +409,13 @@ def report(result: dict, command: str) -> str:
         "How to read it:",
         "- `filled_share_min`: the smallest share, over fill requests, of the rows in their fill range that they",
         "  processed (not reused from the prompt cache) and that ran the fill graph; 1.000 = every row.",
+        "- `fill_reuse_ok`: fill requests whose reused rows end within their fill range, or whose reused rows past it",
+        "  an earlier prompt of the same settings explains with its own fill range ending no later (rows a request",
+        "  asked to run in full never come from filled KV). Fill requests ask for (sink, tail) among "
+        + ", ".join(f"({a}, {b})" for a, b in result.get("settings", [])) + "; one in ten requests retries an",
+        "  earlier prompt cut 20-100 tokens short.",
+        "- `slot_saved` / `slot_refused` / `slot_restored`: requests that first saved the slot of an earlier request",
+        "  (refused where it held filled KV) or restored a saved file into a slot; other slot failures are errors.",
         "- `exact_kv_only`: exact requests that filled no row and whose reused prefix an exact prompt explains.",
         "- `exact_mismatch`: exact answers (greedy, 4 tokens) that differ from stock's answer to the same request in",
         "  the same pass; `stock'` is a second stock server: its mismatches are llama.cpp's own dependence on how",
