@@ -26,6 +26,7 @@ link_items() {  # the frontier's RULER item files into store $1
 # selector's defaults), and at q = 5 and 10 % 63-row windows (whole needles rather than the rows around the attended ones)
 LAG_MODES=(ridge ridge-evidence ridge-select2-Lall-max15 ridge-select5-Lall-max15 ridge-select10-Lall-max15
            ridge-random5 ridge-random10 ridge-select5 ridge-select10-Lall-max63 ridge-select5-Lall-max63)
+[ -z "${MODES:-}" ] || read -ra LAG_MODES <<< "$MODES"  # a subset first, e.g. MODES="ridge ridge-evidence ..."
 S=$R/ruler-4k-lagkeys
 link_items $S
 .venv/bin/ridgefill eval ruler --model $C/fit/lagkeys.gguf --split 12 --sinks 4 --tail 1024 --lengths 4096 \
