@@ -36,6 +36,15 @@ def add_needle_args(ap) -> None:
     ap.add_argument("--needle-tasks", nargs="+", default=NEEDLE_TASKS)
 
 
+def run_needles(args, modes: list[str], out) -> int:
+    """`ridgefill eval needle` over the registered variants `modes`, on add_needle_args' items (tail 1024)."""
+    from ridgefill import cli
+
+    return cli.main(["eval", "needle", "--model", args.model, "--split", str(args.split), "--sinks", str(args.sinks),
+                     "--tail", "1024", "--lengths", args.lengths, "--needle-tasks", *args.needle_tasks,
+                     "--items", args.items, "--modes", *modes, "--threads", str(args.threads), "--out", str(out)])
+
+
 _prompt: tuple[bytes, dict] = (b"", {})
 
 

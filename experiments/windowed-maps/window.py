@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lagged-maps"))
-from lagged import Overwrite, add_needle_args, attn_kv, prefix_rows, ridge  # noqa: E402
+from lagged import Overwrite, add_needle_args, attn_kv, prefix_rows, ridge, run_needles  # noqa: E402
 
 from ridgefill.fit import windows as calib_windows  # noqa: E402
 from ridgefill.fit.capture import CaptureConfig, assign  # noqa: E402
@@ -294,7 +294,6 @@ def main() -> None:
     print(report)
     if args.needles is None:
         return
-    from ridgefill import cli
     from ridgefill.evals.session import Variant, register
 
     register(Variant("pykv-exact", "identity", hook=Overwrite(kv, args.split, args.threads)))
@@ -302,10 +301,7 @@ def main() -> None:
         register(Variant(f"pykv-{kind}", "identity", hook=Overwrite(kv, args.split, args.threads, map_inputs(fitted[kind]))))
     del model
     modes = ["pykv-exact", *(f"pykv-{k}" for k in args.needles)]
-    sys.exit(cli.main(["eval", "needle", "--model", args.model, "--split", str(args.split), "--sinks", str(args.sinks),
-                       "--tail", "1024", "--lengths", args.lengths, "--needle-tasks", *args.needle_tasks,
-                       "--items", args.items, "--modes", *modes, "--threads", str(args.threads),
-                       "--out", str(args.out / "needles")]))
+    sys.exit(run_needles(args, modes, args.out / "needles"))
 
 
 if __name__ == "__main__":
