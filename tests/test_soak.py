@@ -3,8 +3,8 @@ requests' reused prefixes exact prompts explain. The soak itself is `bench/soak`
 
 import numpy as np
 
-from ridgefill.serve import soak
-from ridgefill.serve.soak import Outcome, Request
+from ridgefill.serve import soak, soak_client
+from ridgefill.serve.soak_client import Outcome, Request
 
 
 def _out(prompt_len, cache_n, filled, fill=True):
@@ -30,7 +30,7 @@ def test_exact_kv_only_needs_no_filled_row_and_an_exact_prompt_for_the_reused_pr
 
 def test_requests_are_seeded_and_share_prefixes():
     toks = np.arange(5000)
-    a, b = soak.make_requests(toks, 50, seed=3), soak.make_requests(toks, 50, seed=3)
+    a, b = soak_client.make_requests(toks, 50, seed=3), soak_client.make_requests(toks, 50, seed=3)
     assert a == b
     assert len({r.prompt[:128] for r in a}) <= 6
     assert {r.fill for r in a} == {True, False} and {r.stream for r in a} == {True, False}
@@ -49,11 +49,11 @@ def test_fill_reuse_is_ok_within_the_fill_range_or_explained_by_a_prompt_whose_r
 
 
 def test_requests_retry_cut_prompts_switch_settings_and_act_on_slots():
-    reqs = soak.make_requests(np.arange(5000), 400, seed=1)
+    reqs = soak_client.make_requests(np.arange(5000), 400, seed=1)
     prompts = [r.prompt for r in reqs]
     cut = [r for r in reqs if any(len(p) > len(r.prompt) and p[:len(r.prompt)] == r.prompt for p in prompts[:r.i])]
     assert len(cut) > 10 and all(len(r.prompt) > 128 for r in cut)
-    assert {(r.sink, r.tail) for r in reqs if r.fill} == set(soak.SETTINGS)
+    assert {(r.sink, r.tail) for r in reqs if r.fill} == set(soak_client.SETTINGS)
     assert {(r.sink, r.tail) for r in reqs if not r.fill} == {(soak.SINKS, soak.TAIL)}
     acts = [r for r in reqs if r.slot_action]
     assert {r.slot_action for r in acts} == {"save", "restore"} and all(0 <= r.other < r.i for r in acts)
@@ -61,8 +61,8 @@ def test_requests_retry_cut_prompts_switch_settings_and_act_on_slots():
 
 def test_a_fill_request_carries_its_settings_and_an_exact_one_none():
     fill = Request(0, True, False, False, (1, 2, 3), sink=8, tail=128)
-    body = soak._body(fill, "ridge")
+    body = soak_client._body(fill, "ridge")
     assert (body["ridgefill"], body["ridgefill_sink"], body["ridgefill_tail"]) == ("ridge", 8, 128)
-    exact = soak._body(Request(1, False, False, False, (1, 2, 3)), "ridge")
+    exact = soak_client._body(Request(1, False, False, False, (1, 2, 3)), "ridge")
     assert exact["ridgefill"] == "exact" and "ridgefill_tail" not in exact
-    assert "ridgefill" not in soak._body(fill, None)                         # stock servers get plain requests
+    assert "ridgefill" not in soak_client._body(fill, None)                         # stock servers get plain requests
