@@ -72,10 +72,22 @@ def test_names_parse_to_selectors_with_their_defaults():
     assert select.parse("ridge-random5")[1] == select.Selector("random", 0.05)
     assert select.parse("ridge-evidence")[1] == select.Selector("evidence", widen=4)
     assert select.parse("ridge-evidence0")[1].widen == 0
+    assert select.parse("ridge-select10-Lall-max63-after")[1] == select.Selector("select", 0.1, "all", pool=("max", 63),
+                                                                                 after=True)
+    assert select.parse("ridge-evidence-after")[1].after and select.parse("ridge-random5-after")[1].after
+    assert not select.parse("ridge-select5")[1].after
     for bad in ("ridge-select0", "ridge-select101", "ridge-select5-max4", "ridge-select5-Q3", "ridge-random5-L3",
                 "ridge-evidence-L3", "ridge-select5-P0"):
         with pytest.raises(InputError):
             select.parse(bad)
+
+
+def test_a_tail_decoded_in_part_by_the_hook_has_no_log_probabilities_to_score():
+    from ridgefill.evals import prefill
+
+    head = prefill.Head(None, np.arange(10, dtype=np.int32), 4, (1, 4), 3, 1, tail_from=8)
+    with pytest.raises(InputError, match="answers"):
+        prefill.tail_logprobs(head)
 
 
 def test_selection_variants_come_from_their_names():
@@ -193,6 +205,25 @@ def test_selecting_every_filled_row_is_the_exact_cut_run(smollm2, smollm2_items)
         assert answer == ref[0], name
         np.testing.assert_array_equal(lp, ref[1], err_msg=name)
         assert notes["n_selected"] == hi - lo and notes["evidence_selected"] == 1.0
+
+
+@pytest.mark.slow
+def test_the_forks_order_is_the_splices_when_the_probe_rows_are_the_whole_tail(smollm2, smollm2_items):
+    """-after runs the tail's rows before the last P first; with P = the tail there are none, and the variant
+    answers as the splice does, bit for bit; with a smaller P it decodes them first and answers from there."""
+    from ridgefill.evals import prefill
+
+    item = smollm2_items[0]
+    ctx = smollm2.context(n_ctx=1024, n_batch=512, n_ubatch=128, threads=2, kv_type="f32")
+    ctx.set_fill("identity", 14)
+    answers, heads = {}, {}
+    for v in variants_named(["identity-select10-P256", "identity-select10-P256-after", "identity-select10-P32-after"]):
+        head = prefill.run_head(ctx, item.tokens, 4, 256, hook=v.hook, evidence=item.needles)
+        heads[v.name], answers[v.name] = head, prefill.greedy(head, 8)
+    assert answers["identity-select10-P256-after"] == answers["identity-select10-P256"]
+    assert heads["identity-select10-P256-after"].tail_from == heads["identity-select10-P256"].stop
+    assert heads["identity-select10-P32-after"].tail_from == len(item.tokens) - 32
+    assert ctx.seq_pos_max(0) >= len(item.tokens) - 1
 
 
 @pytest.mark.slow

@@ -24,8 +24,11 @@ link_items() {  # the frontier's RULER item files into store $1
 # the grid on the lagged maps: q = 2, 5, 10 % at the best probe of recall.md (every exact layer, max over 15 rows),
 # random rows of the same count at q = 5 and 10 %, at q = 5 % the split layer alone with 7-row pooling (the
 # selector's defaults), and at q = 5 and 10 % 63-row windows (whole needles rather than the rows around the attended ones)
+# and, in the fork's order (`-after`: the tail before the last 64 rows first, then the splice), the ceiling and the
+# 10 % 63-row windows
 LAG_MODES=(ridge ridge-evidence ridge-select2-Lall-max15 ridge-select5-Lall-max15 ridge-select10-Lall-max15
-           ridge-random5 ridge-random10 ridge-select5 ridge-select10-Lall-max63 ridge-select5-Lall-max63)
+           ridge-random5 ridge-random10 ridge-select5 ridge-select10-Lall-max63 ridge-select5-Lall-max63
+           ridge-evidence-after ridge-select10-Lall-max63-after)
 [ -z "${MODES:-}" ] || read -ra LAG_MODES <<< "$MODES"  # a subset first, e.g. MODES="ridge ridge-evidence ..."
 S=$R/ruler-4k-lagkeys
 link_items $S

@@ -38,6 +38,7 @@ class Head:
     seq_id: int = 0
     evidence: list[tuple[int, int]] | None = None  # [first, end) rows the item's answers are read from
     notes: dict = field(default_factory=dict)  # what a hook reports into the item's record
+    tail_from: int | None = None  # a hook that decoded the tail's first rows itself: where the tail goes on
 
 
 Hook = Callable[[Head], None]
@@ -69,6 +70,9 @@ def run_head(ctx: Context, tokens, sinks: int, tail: int, seq_id: int = 0, hook:
 def tail_logprobs(head: Head) -> np.ndarray:
     """log p(tokens[p] | tokens[:p]) for p in [stop+1, N): every token a tail row predicts."""
     ctx, toks, seq = head.ctx, head.tokens, head.seq_id
+    if head.tail_from is not None:
+        raise InputError("this variant decodes the tail's first rows in its hook, without outputs: it has no "
+                         "log-probabilities of them to score (use it with answers: needles, RULER)")
     rows = np.arange(head.stop, len(toks) - 1)
     out = np.empty(len(rows), dtype=np.float64)
     for start, n in ctx.decode_chunks(toks[rows], head.stop, seq, "all"):
@@ -79,7 +83,8 @@ def tail_logprobs(head: Head) -> np.ndarray:
 def greedy(head: Head, n_new: int, stop: Sequence[int] = ()) -> list[int]:
     """Decode the tail rows, then up to n_new tokens greedily (argmax)."""
     ctx, toks, seq = head.ctx, head.tokens, head.seq_id
-    for _ in ctx.decode_chunks(toks[head.stop :], head.stop, seq, "last"):
+    start = head.stop if head.tail_from is None else head.tail_from
+    for _ in ctx.decode_chunks(toks[start:], start, seq, "last"):
         pass
     return ctx.greedy_continue(ctx.logits()[0], len(toks), n_new, seq_id=seq, stop=stop)
 

@@ -16,6 +16,11 @@ towards exact before any of it is built into the fork. Three selectors, by name:
 - `ridge-evidence[{w}]`: the rows of the item's evidence (what its answers are read from), widened by w
   rows each side (default 4): the ceiling a perfect selector of those rows reaches.
 
+Any of them with `-after` takes the fork's order instead of the splice's: the tail's rows before the last P run
+first (over the plain fill), then the chosen rows get exact K/V, then the last P rows run (in the fork they run
+again, which leaves their cache rows as this does): what a server can do, where the question arrives with the
+prompt's last batch. Answers only (needles, RULER): the tail's first rows are decoded without outputs.
+
 `identity-...` is the same on identity fill. Each record notes how many rows were chosen and which share
 of the evidence rows inside the fill range they cover. The layer inputs come from one exact pass of the
 whole prompt with every layer up to the split captured, kept for the item's variants.
@@ -50,6 +55,7 @@ class Selector:
     probe_rows: int = PROBE_ROWS
     pool: tuple[str, int] = POOL
     widen: int = EVIDENCE_WIDEN
+    after: bool = False  # the fork's order: the tail before the last P rows first, then the splice
 
     def count(self, n_filled: int) -> int:
         return min(n_filled, math.ceil(self.share * n_filled - 1e-9))
@@ -61,17 +67,20 @@ def parse(name: str) -> tuple[str, Selector] | None:
     if m is None:
         return None
     mode, kind, pct, evidence, widen, opts = m.groups()
+    opts = [o for o in opts.split("-") if o]
+    after = "after" in opts
+    opts = [o for o in opts if o != "after"]
     if evidence:
         if opts:
-            raise InputError(f"{name}: the evidence ceiling takes no options")
-        return mode, Selector("evidence", widen=EVIDENCE_WIDEN if widen is None else int(widen))
+            raise InputError(f"{name}: the evidence ceiling takes no options but -after")
+        return mode, Selector("evidence", widen=EVIDENCE_WIDEN if widen is None else int(widen), after=after)
     share = float(pct) / 100
     if not 0 < share <= 1:
         raise InputError(f"{name}: the selected share must be a percentage in (0, 100]")
-    sel = Selector(kind, share)
-    for opt in filter(None, opts.split("-")):
+    sel = Selector(kind, share, after=after)
+    for opt in opts:
         if kind == "random":
-            raise InputError(f"{name}: the random control takes no options")
+            raise InputError(f"{name}: the random control takes no options but -after")
         sel = _option(name, sel, opt)
     return mode, sel
 
@@ -234,6 +243,14 @@ def evidence_share(head: Head, rows: np.ndarray) -> float | None:
     return round(len(ev & set(rows.tolist())) / len(ev), 4) if ev else None
 
 
+def tail_before_probe(head: Head, probe_rows: int) -> None:
+    """Decode the tail's rows before the last `probe_rows` (no outputs); the tail goes on from there."""
+    start, end = head.stop, max(head.stop, len(head.tokens) - probe_rows)
+    for _ in head.ctx.decode_chunks(head.tokens[start:end], start, head.seq_id, "none"):
+        pass
+    head.tail_from = end
+
+
 def hook(sel: Selector):
     def run(head: Head) -> None:
         lo, hi = head.fill_range
@@ -241,6 +258,8 @@ def hook(sel: Selector):
             return
         check_rows_only(head.ctx)
         rows = chosen_rows(head, sel)
+        if sel.after:
+            tail_before_probe(head, sel.probe_rows)
         splice_rows(head, rows)
         head.notes.update(n_selected=int(len(rows)), evidence_selected=evidence_share(head, rows))
     return run
