@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "lagged-maps"))
 sys.path.insert(0, str(HERE.parent / "windowed-maps"))
 from lagged import Overwrite, add_needle_args, attn_kv, prompt_rows, ridge, rope_neox, rope_norm, run_needles  # noqa: E402
-from window import capture  # noqa: E402
+from window import add_rows_args, capture  # noqa: E402
 
 VARIANTS = ("row", "lag1", "kv", "kvn", "lag1kv")
 
@@ -144,14 +144,8 @@ class KVOverwrite(Overwrite):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--split", type=int, required=True)
-    ap.add_argument("--tokens", type=int, default=16384, help="calibration tokens (training + held-out)")
-    ap.add_argument("--sinks", type=int, default=4)
+    add_rows_args(ap)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache/ridgefill/experiments/windowed-maps")
-    ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--needles", nargs="*", metavar="VARIANT", choices=VARIANTS,
                     help="run the frontier's needle items with these variants' K/V")
     ap.add_argument("--control", action="store_true", help="with --needles, also pykv-exact (exact K/V written the same way)")

@@ -256,19 +256,24 @@ def fit_all(args, train, held, n_layer, kv, results, costs, tag) -> dict[str, Ma
     return fitted
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_rows_args(ap) -> None:
+    """The model, split and calibration rows (cached, shared by the experiments that read them) and the output."""
     ap.add_argument("--model", required=True)
     ap.add_argument("--split", type=int, required=True)
     ap.add_argument("--tokens", type=int, default=16384, help="calibration tokens (training + held-out)")
     ap.add_argument("--sinks", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache/ridgefill/experiments/windowed-maps")
+    ap.add_argument("--out", type=Path, required=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_rows_args(ap)
     ap.add_argument("--lam", type=float, default=1e-2, help="ridge of the window's reduced-rank regression (× mean eigenvalue)")
     ap.add_argument("--train-windows", type=int, nargs="+", metavar="N",
                     help="also fit on the first N training windows only (a learning curve on the same held-out rows)")
     ap.add_argument("--variants", nargs="+", default=["row", "lag1", "w1q256r128", "w4q256r128", "w16q256r128"])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache/ridgefill/experiments/windowed-maps")
-    ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--needles", nargs="*", metavar="VARIANT",
                     help="run the eval's needle items with these variants' K/V (and pykv-exact, the control)")
     add_needle_args(ap)
