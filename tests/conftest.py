@@ -141,6 +141,28 @@ def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str 
     return Model(fmt.pack(base, maps, ident, Provenance(), out, map_type=map_type)), maps
 
 
+def random_kv_maps(base, split: int, seed: int, lag: bool):
+    """Identity input maps (required beside) and random K/V maps of every late layer's widths."""
+    import numpy as np
+
+    from ridgefill import format as fmt
+    from ridgefill.fit.attention import attention_layers
+    from ridgefill.format.maps import KVFit, KVMaps, LayerFit, Maps
+
+    ident = fmt.identity_of(base)
+    rng = np.random.default_rng(seed)
+    layers = list(range(split + 1, ident.n_layer))
+    attn = attention_layers(base, layers)
+    d, rows = ident.n_embd, 2 * attn[layers[0]].n_head_kv * attn[layers[0]].head_dim
+    m = len(layers)
+    w = (rng.normal(size=(m, rows, d)) / np.sqrt(d)).astype(np.float32)
+    b = (0.1 * rng.normal(size=(m, rows))).astype(np.float32)
+    prev = (0.5 * rng.normal(size=(m, rows, d)) / np.sqrt(d)).astype(np.float32) if lag else None
+    kv = KVMaps(layers, w, b, [KVFit(l, lag, 0.1, 0.1, 0.5, 0.5, 0.4, 0.4) for l in layers], prev)
+    eye = np.broadcast_to(np.eye(d, dtype=np.float32), (m, d, d)).copy()
+    return Maps(split, layers, eye, np.zeros((m, d), np.float32), [LayerFit(l, 0, 0, 0, 0, 0, 0) for l in layers], kv=kv)
+
+
 def write_gguf(path, keys: dict, tensors: dict, arch: str = "llama"):
     """A small GGUF by hand: int keys as uint32, others as strings; tensors as given."""
     import gguf

@@ -6,6 +6,8 @@ Families:
 - structural: the file rewritten through gguf-py with one defect in the RidgeFill part
   (map type, shape, non-finite values, missing or extra tensors, bad metadata); the fork
   must refuse every one of these at load, with a message naming the tensor or key;
+- K/V maps (blk.{s}.ridge_kv.*), where the source has them: types, shapes, values, placement, beside a
+  per-layer map;
 - a maps file's own keys (its type and the base it records): refused with the key named, except another
   layout of the same weights (another quantization), which loads.
 """
@@ -120,16 +122,28 @@ def _structural_mutants(m: _Model, rng) -> list[Mutant]:
     maps_file = _is_maps_file(m)
     n_layer = int(m.key("ridgefill.base.block_count" if maps_file else f"{m.arch}.block_count"))
     n_ctx = int(m.key("ridgefill.base.context_length" if maps_file else f"{m.arch}.context_length"))
-    maps = [t for t in m.tensors if t.name.endswith(".ridge_map.weight")]
-    w0 = maps[0]
-    d = w0.data.shape[0]
-    f32 = w0.data.astype(np.float32)
-    bias0 = next(t for t in m.tensors if t.name == w0.name.replace(".weight", ".bias"))
     out: list[Mutant] = []
 
     def add(name, expect, kvs=None, tensors=None):
         out.append(Mutant(name, True, expect, lambda p, kvs=kvs, tensors=tensors: m.write(p, kvs, tensors)))
 
+    maps = [t for t in m.tensors if t.name.endswith(".ridge_map.weight")]
+    if maps:
+        _map_mutants(m, rng, maps, split, n_layer, maps_file, add)
+    _kv_mutants(m, split, add)
+    _metadata_mutants(m, split, n_layer, n_ctx, maps_file, add)
+    _route_mutants(m, split, add)
+    _prev_mutants(m, split, n_layer, add)
+    _window_mutants(m, split, add)
+    return out
+
+
+def _map_mutants(m: _Model, rng, maps: list[_Tensor], split: int, n_layer: int, maps_file: bool, add) -> None:
+    """Per-layer maps (blk.{l}.ridge_map.weight/bias)."""
+    w0 = maps[0]
+    d = w0.data.shape[0]
+    f32 = w0.data.astype(np.float32)
+    bias0 = next(t for t in m.tensors if t.name == w0.name.replace(".weight", ".bias"))
     # map weight types outside {f32, f16}
     for qt, arr in [(Q.F64, f32.astype(np.float64)), (Q.I32, f32.astype(np.int32)), (Q.I8, f32.astype(np.int8)),
                     (Q.I16, f32.astype(np.int16)), (Q.Q8_0, gguf.quants.quantize(f32, Q.Q8_0)),
@@ -171,7 +185,9 @@ def _structural_mutants(m: _Model, rng) -> list[Mutant]:
         tensors=m.tensors + [_Tensor(f"blk.{n_layer}.ridge_map.weight", f32, Q.F32)])
     add("extra-tensor", "not a RidgeFill map" if maps_file else "wrong number of tensors",
         tensors=m.tensors + [_Tensor("blk.0.surprise.weight", f32, Q.F32)])
-    # metadata
+
+
+def _metadata_mutants(m: _Model, split: int, n_layer: int, n_ctx: int, maps_file: bool, add) -> None:
     fv, sl, sr, tr = ("ridgefill." + k for k in ("format_version", "split_layer", "sink_rows", "tail_rows"))
     for v in (0, 2, 999, 2**32 - 1):
         add(f"format_version={v}", "format_version", kvs=_with_key(m, fv, v, V.UINT32))
@@ -190,10 +206,43 @@ def _structural_mutants(m: _Model, rng) -> list[Mutant]:
         add(f"{key}-int32-neg", key, kvs=_with_key(m, key, -1, V.INT32))
         add(f"{key}-f32", key, kvs=_with_key(m, key, 4.5, V.FLOAT32))
         add(f"{key}-bool", key, kvs=_with_key(m, key, True, V.BOOL))
-    _route_mutants(m, split, add)
-    _prev_mutants(m, split, n_layer, add)
-    _window_mutants(m, split, add)
-    return out
+
+
+def _kv_mutants(m: _Model, split: int, add) -> None:
+    """K/V maps (blk.{split}.ridge_kv.weight/bias, blk.{split}.ridge_kv_prev.weight), when present."""
+    w = next((t for t in m.tensors if t.name == f"blk.{split}.ridge_kv.weight"), None)
+    if w is None:
+        return
+    b = next(t for t in m.tensors if t.name == f"blk.{split}.ridge_kv.bias")
+    p = next((t for t in m.tensors if t.name == f"blk.{split}.ridge_kv_prev.weight"), None)
+    rows, d = w.data.shape
+    w32, b32 = w.data.astype(np.float32), b.data.astype(np.float32)
+    for t in [w] + [p] * (p is not None):
+        for qt, arr in [(Q.F64, w32.astype(np.float64)), (Q.I32, w32.astype(np.int32)), (Q.BF16, gguf.quants.quantize(w32, Q.BF16)),
+                        (Q.Q8_0, gguf.quants.quantize(w32, Q.Q8_0))]:
+            add(f"kv-type-{qt.name}-{t.name}", t.name, tensors=_replace(m, t.name, _Tensor(t.name, arr, qt)))
+        for shape in [(rows + 1, d), (rows - 2, d), (rows, d - 1), (d, rows), (2, rows, d)]:
+            arr = np.resize(w32, shape).astype(np.float32)
+            add(f"kv-shape-{'x'.join(map(str, shape))}-{t.name}", t.name, tensors=_replace(m, t.name, _Tensor(t.name, arr, Q.F32)))
+        for bad in (np.nan, np.inf):
+            for qt, dt in ((Q.F32, np.float32), (Q.F16, np.float16)):
+                arr = w32.astype(dt)
+                arr.reshape(-1)[-1] = bad
+                add(f"kv-nonfinite-{bad}-{qt.name}-{t.name}", t.name, tensors=_replace(m, t.name, _Tensor(t.name, arr, qt)))
+    for qt, arr in [(Q.F16, b32.astype(np.float16)), (Q.I32, b32.astype(np.int32))]:
+        add(f"kv-bias-type-{qt.name}", b.name, tensors=_replace(m, b.name, _Tensor(b.name, arr, qt)))
+    for shape in [(rows + 1,), (rows - 1,), (rows, 2)]:
+        add(f"kv-bias-shape-{'x'.join(map(str, shape))}", b.name,
+            tensors=_replace(m, b.name, _Tensor(b.name, np.resize(b32, shape).astype(np.float32), Q.F32)))
+    arr = b32.copy()
+    arr[0] = np.nan
+    add("kv-bias-nonfinite", b.name, tensors=_replace(m, b.name, _Tensor(b.name, arr, Q.F32)))
+    add("kv-bias-missing", b.name, tensors=_replace(m, b.name, None))
+    add("kv-weight-missing", w.name, tensors=_replace(m, w.name, None))
+    at0 = [_Tensor(t.name.replace(f"blk.{split}.", "blk.0."), t.data, t.qtype) for t in (w, b)]
+    add("kv-at-0", "blk.0.ridge_kv", tensors=[t for t in m.tensors if t not in (w, b)] + at0)
+    name = f"blk.{split + 1}.ridge_map.weight"
+    add("kv-beside-a-layer-map", name, tensors=m.tensors + [_Tensor(name, np.eye(d, dtype=np.float32), Q.F32)])
 
 
 def _prev_mutants(m: _Model, split: int, n_layer: int, add) -> None:

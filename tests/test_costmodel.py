@@ -104,3 +104,17 @@ def test_a_lagged_map_costs_one_more_d_by_d_product_per_filled_row():
     # identity fill has no maps to lag
     assert costmodel.prefill_cost(sh, n, split, sinks, tail, with_map=False, lagged=2) == \
         costmodel.prefill_cost(sh, n, split, sinks, tail, with_map=False)
+
+
+def test_kv_maps_cost_their_rows_of_the_stacked_weight_per_product():
+    """A filled late layer with K/V maps costs 2 d d_kv per product (2 products lagged) instead of its map, norm
+    and K/V projections (d² + 2 d d_kv); the split layer still projects its own K/V."""
+    n, split, k, t = 10, 1, 2, 3
+    m, late = n - k - t, 4 - split - 1
+    kv = 2 * 8 * 4
+    plain = prefill_cost(DENSE, n, split, k, t)
+    assert prefill_cost(DENSE, n, split, k, t, kv=1) == plain - m * late * 8 * 8
+    assert prefill_cost(DENSE, n, split, k, t, kv=2) == plain - m * late * 8 * 8 + m * late * kv
+    assert prefill_cost(DENSE, n, split, k, t, with_map=False, kv=2) == prefill_cost(DENSE, n, split, k, t, with_map=False)
+    sh = costmodel.SMOLLM2
+    assert bound(sh, 4096, 16, 4, 1024, kv=2) > bound(sh, 4096, 16, 4, 1024, lagged=1) > bound(sh, 4096, 16, 4, 1024, lagged=2)

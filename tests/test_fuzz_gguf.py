@@ -1,5 +1,5 @@
 """Loader fuzz: over 1,000 seeded mutants of a small augmented GGUF and of a maps file (loaded beside its base),
-and maps files beside other bases.
+the same for K/V maps, and maps files beside other bases.
 
 Each mutant is loaded and run by a worker process that goes on to the next one (a fresh worker replaces one that
 dies), and classified by what happened: refused at load (a Python exception naming the problem), ran (ridge
@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import random_maps_model, tool
+from conftest import random_kv_maps, random_maps_model, tool
 from gguf_mutants import Mutant, mutants
 from ridgefill import format as fmt
 from ridgefill.bench import synth
 from ridgefill.format.gguf_io import copy_gguf, open_gguf
+from ridgefill.format.maps import Provenance
 
 pytestmark = pytest.mark.slow
 
@@ -116,6 +117,9 @@ def files(smollm2_path, tmp_path_factory):
     base = synth.random_model("tiny-llama", d / "base.gguf", smollm2_path, weight_type="q4_0", n_ctx=2048)
     model, _ = random_maps_model(base, SPLIT, d / "aug.gguf", seed=1, route_stats=True, lag_every=2, window=(3, 4))
     side = fmt.unpack(model.path, d / "maps.gguf")
+    kv_maps, ident = random_kv_maps(base, SPLIT, seed=2, lag=True), fmt.identity_of(base)
+    kv = fmt.pack(base, kv_maps, ident, Provenance(), d / "kv.gguf", map_type="f16", kind="kv")
+    kv_side = fmt.unpack(kv, d / "kv-maps.gguf")
     # another model of this shape: its norms differ (the synthetic models' norms are all ones whatever the seed)
     reweighted = copy_gguf(open_gguf(base), d / "reweighted.gguf",
                            tensor_data=lambda name, x: x * 1.5 if name == "output_norm.weight" else x)
@@ -126,13 +130,15 @@ def files(smollm2_path, tmp_path_factory):
     others = {"other weights of the shape": (reweighted, "fitted for other weights"),
               "another quantization": (requant, None), "another architecture": (other_shape, "architecture"),
               "the augmented GGUF": (model.path, "already carries RidgeFill maps")}
-    return base, model.path, side, others
+    return base, model.path, side, others, kv, kv_side
 
 
 def _cases(files) -> list[Case]:
-    base, aug, side, others = files
+    base, aug, side, others, kv, kv_side = files
     cases = [Case(m, None) for m in mutants(aug, seed=0, n_bytes=400)]
     cases += [Case(m, base) for m in mutants(side, seed=1, n_bytes=500)]
+    cases += [Case(m, None) for m in mutants(kv, seed=2, n_bytes=40)]
+    cases += [Case(m, base) for m in mutants(kv_side, seed=3, n_bytes=40)]
     for name, (other, expect) in others.items():
         write = lambda p, src=side: p.write_bytes(src.read_bytes())
         cases.append(Case(Mutant(f"maps beside {name}", expect is not None, expect, write), other))
@@ -186,9 +192,10 @@ def _inspect_disagreements(src: Path, beside: Path | None, seed: int, workdir: P
 def test_inspect_refuses_what_the_loader_refuses(files, tmp_path):
     """`ridgefill inspect` makes the loader's RidgeFill checks: the same verdict on every structural mutant of
     either file (a maps file checked against its base). Two processes: parsing each mutant's vocabulary is the cost."""
-    base, aug, side, _ = files
-    assert fmt.inspect(aug)["loads"] and fmt.inspect(side, base=base)["loads"]
-    jobs = [(src, beside, seed, tmp_path, lane) for src, beside, seed in ((aug, None, 0), (side, base, 1)) for lane in (0, 1)]
+    base, aug, side, _, kv, kv_side = files
+    assert all(fmt.inspect(p, base=b)["loads"] for p, b in ((aug, None), (side, base), (kv, None), (kv_side, base)))
+    sources = ((aug, None, 0), (side, base, 1), (kv, None, 2), (kv_side, base, 3))
+    jobs = [(src, beside, seed, tmp_path, lane) for src, beside, seed in sources for lane in (0, 1)]
     with ProcessPoolExecutor(2) as pool:
         disagree = [name for names in pool.map(_inspect_disagreements, *zip(*jobs)) for name in names]
     assert not disagree, disagree

@@ -17,7 +17,9 @@ out-projection d_v d and its FFN.
 A filled late layer costs its map d² (none for identity) plus what writes its memory:
 K/V projections 2 d d_kv, or the input projections, conv and delta rule of a linear
 layer (the fused kernel also produces its output). The split layer only writes its
-memory. Sinks and tail rows run the full model.
+memory. Sinks and tail rows run the full model. With K/V maps (gguf-format.md) a filled late
+attention layer costs only its rows of the stacked K/V weight, 2 d d_kv per product (one per row,
+two when the maps read the previous row): no map into its input, no norm, no K/V projection.
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def _full_rows(sh: Shape, layers, lo: int, hi: int) -> float:
 
 
 def prefill_cost(sh: Shape, n: int, split: int | None = None, sinks: int = 0, tail: int = 0,
-                 with_map: bool = True, route: float = 0.0, lagged: float = 0) -> float:
+                 with_map: bool = True, route: float = 0.0, lagged: float = 0, kv: float = 0) -> float:
     """Multiply-adds of a prompt of n rows; split=None is the exact prefill.
 
     lagged: d x d products per filled row spent on earlier rows (one per lagged map; window maps their
@@ -148,12 +150,15 @@ def prefill_cost(sh: Shape, n: int, split: int | None = None, sinks: int = 0, ta
 
     route: share of the filled rows routed (route.py): each filled row's leverage costs a d x d
     product, and the routed rows run layers split.. in full again, at positions spread over the
-    filled range."""
-    return sum(layer_costs(sh, 0, n, split, sinks, tail, with_map, route, lagged))
+    filled range.
+
+    kv: products of the stacked K/V maps per filled row (1, or 2 reading the previous row; 0: input maps)."""
+    return sum(layer_costs(sh, 0, n, split, sinks, tail, with_map, route, lagged, kv=kv))
 
 
 def layer_costs(sh: Shape, lo: int, hi: int, split: int | None = None, sinks: int = 0, tail: int = 0,
-                with_map: bool = True, route: float = 0.0, lagged: float = 0, n: int | None = None) -> list[float]:
+                with_map: bool = True, route: float = 0.0, lagged: float = 0, n: int | None = None,
+                kv: float = 0) -> list[float]:
     """Per layer, the multiply-adds of the prompt rows [lo, hi) of an n-row prompt (n: hi by default)
     under prefill_cost's fill; the lagged and routing products are charged to the layer after the split."""
     n = hi if n is None else n
@@ -168,16 +173,18 @@ def layer_costs(sh: Shape, lo: int, hi: int, split: int | None = None, sinks: in
         if il < split:
             out[il] += _full_rows(sh, [il], a, b)
         else:
-            out[il] += m * (_memory_write(sh, il) + (sh.d * sh.d if with_map and il > split else 0))
+            kv_maps = with_map and kv and il > split
+            write = 2 * sh.d * sh.d_kv * kv if kv_maps else _memory_write(sh, il) + (sh.d * sh.d if with_map and il > split else 0)
+            out[il] += m * write
             out[il] += route * _full_rows(sh, [il], a, b)
     out[min(split + 1, sh.n_layer - 1)] += m * sh.d * sh.d * ((lagged if with_map else 0) + (1 if route > 0 else 0))
     return out
 
 
 def bound(sh: Shape, n: int, split: int, sinks: int, tail: int, with_map: bool = True, route: float = 0.0,
-          lagged: float = 0) -> float:
+          lagged: float = 0, kv: float = 0) -> float:
     """cost_exact / cost_fill: the speed-up a perfect implementation reaches."""
-    return prefill_cost(sh, n) / prefill_cost(sh, n, split, sinks, tail, with_map, route, lagged)
+    return prefill_cost(sh, n) / prefill_cost(sh, n, split, sinks, tail, with_map, route, lagged, kv)
 
 
 SMOLLM2 = Shape(n_layer=30, d=576, d_q=576, d_kv=192, d_ff=1536)

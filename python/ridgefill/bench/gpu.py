@@ -6,7 +6,9 @@ Two halves, because the GPU machine has no network and no compiled RidgeFill:
 - `run` (there): write each shape's seeded random-weight GGUF with identity maps and routing
   statistics at split L/2 (speed only: fitted ones cost the same), then TTFT exact / identity /
   ridge / ridge@P (routed rows) through the CUDA llama-bench with every layer offloaded,
-  interleaved, beside the cost-model bound.
+  interleaved, beside the cost-model bound; for a shape whose late layers all attend, also
+  random lagged K/V maps in a maps file beside the base (exact / ridge: one product for every
+  filled layer's K and V instead of a map, a norm and two projections per layer).
 Nothing here needs the compiled bindings, so it runs with the repo's python/ on PYTHONPATH.
 """
 
@@ -70,7 +72,8 @@ def tokenizer_gguf(src: str | os.PathLike, out: Path) -> Path:
 
 
 def make_model(shape: str, workdir: Path, tokenizer: Path, weight_type: str, n_ctx: int) -> tuple[Path, int]:
-    """The shape's random-weight GGUF with identity maps and routing statistics at split L/2; (path, split)."""
+    """The shape's random-weight GGUF with identity maps and routing statistics at split L/2; (path, split). A
+    shape whose layers all attend keeps its base beside, with a maps file of K/V maps (kv_files)."""
     sh = synth.SHAPES[shape]
     split = sh.n_layer // 2
     out = workdir / f"{shape}-s{split}.gguf"
@@ -78,8 +81,17 @@ def make_model(shape: str, workdir: Path, tokenizer: Path, weight_type: str, n_c
         base = synth.random_model(shape, workdir / f"{shape}.gguf", tokenizer, weight_type=weight_type, n_ctx=n_ctx,
                                   shared_layers=True)
         synth.identity_maps(base, split, out, route=True)
-        base.unlink()
+        if sh.attn_interval:
+            base.unlink()
+        else:
+            synth.kv_maps_file(base, split, workdir / f"{shape}-s{split}-kv.gguf")
     return out, split
+
+
+def kv_files(shape: str, workdir: Path, split: int) -> tuple[Path, Path] | None:
+    """(base, K/V maps file) that make_model wrote for the shape, None for a hybrid."""
+    base, maps = workdir / f"{shape}.gguf", workdir / f"{shape}-s{split}-kv.gguf"
+    return (base, maps) if base.exists() and maps.exists() else None
 
 
 def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, workdir: Path, out_json: Path,
@@ -94,23 +106,32 @@ def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, wor
         t0 = time.perf_counter()
         model, split = make_model(shape, workdir, tokenizer, weight_type, max(lengths) + 256)
         progress(f"{shape}: model written in {time.perf_counter() - t0:.0f} s (split {split})")
-        done = []
         for n in lengths:
             if deadline is not None and time.time() > deadline:
                 progress(f"{shape}: deadline reached, {n} tokens and longer not measured")
                 report.setdefault("skipped", []).append({"shape": shape, "n_tokens": n})
                 continue
-            s = bench.ttft(str(model), [n], runs=runs, modes=modes, threads=threads, sinks=sinks, tail=tail, split=split,
-                           batch=ubatch, ubatch=ubatch, tool=str(llama_bench), ngl=ngl,
-                           progress=progress)
-            done += s["results"]
-            s["results"] = done
-            report["shapes"][shape] = s
+            runs_of = lambda path, ms, maps=None: bench.ttft(  # noqa: E731
+                str(path), [n], runs=runs, modes=ms, threads=threads, sinks=sinks, tail=tail, split=split, batch=ubatch,
+                ubatch=ubatch, tool=str(llama_bench), ngl=ngl, progress=progress, maps=maps)
+            _add(report, shape, runs_of(model, modes))
+            kv = kv_files(shape, workdir, split)
+            if kv:
+                _add(report, f"{shape} K/V maps", runs_of(kv[0], ("exact", "ridge"), str(kv[1])))
             out_json.write_text(json.dumps(report, indent=2))  # partial results survive a timeout
-        if shape in report["shapes"]:
-            progress(ttft_report.markdown(report["shapes"][shape]))
-        model.unlink()
+        for key in (shape, f"{shape} K/V maps"):
+            if key in report["shapes"]:
+                progress(ttft_report.markdown(report["shapes"][key]))
+        for p in [model, *(kv_files(shape, workdir, split) or ())]:
+            p.unlink()
     return report
+
+
+def _add(report: dict, key: str, summary: dict) -> None:
+    """One length's summary into report["shapes"][key], after the lengths measured before."""
+    if key in report["shapes"]:
+        summary["results"] = report["shapes"][key]["results"] + summary["results"]
+    report["shapes"][key] = summary
 
 
 def _gpu_name() -> str:

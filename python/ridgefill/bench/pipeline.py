@@ -33,6 +33,7 @@ class Fill:
     with_map: bool = True
     route: float = 0.0
     lagged: float = 0
+    kv: float = 0
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def ubatch_costs(sh: Shape, n: int, ubatch: int, fill: Fill) -> list[list[float]
     Ubatches are cut every `ubatch` rows from row 0; the fork also cuts where the sinks and the tail begin,
     which moves work between neighbouring ubatches and is left out."""
     return [layer_costs(sh, lo, min(lo + ubatch, n), fill.split, fill.sinks, fill.tail, fill.with_map, fill.route,
-                        fill.lagged, n=n) + [0.0] for lo in range(0, n, ubatch)]
+                        fill.lagged, n=n, kv=fill.kv) + [0.0] for lo in range(0, n, ubatch)]
 
 
 def makespan(costs: list[list[float]], counts) -> float:
@@ -138,14 +139,15 @@ def _local_search(costs, counts: tuple[int, ...]) -> tuple[int, ...]:
     return _counts(cuts, units)
 
 
-def fill_of(mode: str, split: int | None, sinks: int, tail: int, lagged: float = 0) -> Fill:
+def fill_of(mode: str, split: int | None, sinks: int, tail: int, lagged: float = 0, kv: float = 0) -> Fill:
     """The Fill of a bench mode (exact, identity, ridge, identity@P, ridge@P)."""
     from ..fit.route import parse_mode
 
     base, share = parse_mode(mode)
     if base == "exact":
         return Fill()
-    return Fill(split, sinks, tail, with_map=(base == "ridge"), route=share, lagged=lagged if base == "ridge" else 0)
+    ridge = base == "ridge"
+    return Fill(split, sinks, tail, with_map=ridge, route=share, lagged=lagged if ridge else 0, kv=kv if ridge else 0)
 
 
 def pipelined(n_devices: int, n_layer: int, ngl: int) -> bool:
@@ -190,6 +192,7 @@ class Placer:
     lagged: float = 0
     tensor_split: str = "auto"
     ngl: int = -1
+    kv: float = 0
 
     @property
     def active(self) -> bool:
@@ -221,10 +224,10 @@ class Placer:
         """costmodel.bound of the mode: the speed-up on one device."""
         f = self._fill(mode)
         return prefill_cost(self.shape, n) / prefill_cost(self.shape, n, f.split, f.sinks, f.tail, f.with_map, f.route,
-                                                          f.lagged)
+                                                          f.lagged, f.kv)
 
     def _fill(self, mode: str) -> Fill:
-        return fill_of(mode, self.split, self.sinks, self.tail, self.lagged)
+        return fill_of(mode, self.split, self.sinks, self.tail, self.lagged, self.kv)
 
 
 def annotate(out: dict, placer: Placer, modes, planned_at) -> dict:

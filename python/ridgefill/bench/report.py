@@ -15,6 +15,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 from . import costmodel
+from .. import format as fmt
 from ..fit.route import parse_mode
 from ..runtime.split_prefill import fill_range
 
@@ -30,7 +31,8 @@ class LengthResult:
         return statistics.median(self.ms[mode])
 
 
-def summarize(model, results, shape, split, sinks, tail, threads, modes, maps: int = 0, lagged: float = 0) -> dict:
+def summarize(model, results, shape, split, sinks, tail, threads, modes, maps: int = 0, lagged: float = 0,
+              kv: float = 0) -> dict:
     rows = []
     for r in results:
         lo, hi = fill_range(r.n_tokens, sinks, tail)
@@ -42,14 +44,15 @@ def summarize(model, results, shape, split, sinks, tail, threads, modes, maps: i
             ratio = r.median("exact") / r.median(mode)
             base, share = parse_mode(mode)
             b = costmodel.bound(shape, r.n_tokens, split, sinks, tail, with_map=(base == "ridge"), route=share,
-                                lagged=lagged)
+                                lagged=lagged, kv=kv)
             row[f"ratio_{mode}"] = ratio
             row[f"bound_{mode}"] = b
             row[f"of_bound_{mode}"] = ratio / b
             row[f"ratio_range_{mode}"] = _paired_ratio_range(r.ms["exact"], r.ms[mode])
         rows.append(row)
     return {"model": str(model), "shape": asdict(shape), "split": split, "sinks": sinks, "tail": tail,
-            "threads": threads, "map_bytes": maps, "lagged_maps": lagged, "modes": list(modes), "results": rows}
+            "threads": threads, "map_bytes": maps, "lagged_maps": lagged, "kv_maps": kv, "modes": list(modes),
+            "results": rows}
 
 
 def merge_summaries(summaries: list[dict]) -> list[dict]:
@@ -190,3 +193,27 @@ def figure(summaries: list[dict]):
     fig.suptitle(f"{os.path.basename(s0['model'])}, {s0['threads']} threads")
     fig.tight_layout()
     return fig
+
+
+def _or_zero(read, model):
+    """What `read` finds in the GGUF; 0 for a model without maps (exact/identity runs)."""
+    try:
+        return read(model)
+    except ValueError:
+        return 0
+
+
+def map_bytes(model) -> int:
+    """Bytes of RidgeFill maps in the GGUF."""
+    return _or_zero(lambda m: fmt.inspect(m)["map_bytes"], model)
+
+
+def lagged_maps(model) -> float:
+    """The d x d products a filled row's maps spend on earlier rows (fmt.earlier_row_products: one per lagged
+    map, a window's share)."""
+    return _or_zero(fmt.earlier_row_products, model)
+
+
+def kv_maps(model) -> int:
+    """Products of the K/V maps per filled row (fmt.kv_products)."""
+    return _or_zero(fmt.kv_products, model)

@@ -62,6 +62,23 @@ def identity_maps(base: str | os.PathLike, split: int, out: str | os.PathLike, m
     return fmt.pack(base, maps, ident, Provenance(backend="synthetic"), out, map_type=map_type, defaults=defaults)
 
 
+def kv_maps_file(base: str | os.PathLike, split: int, out: str | os.PathLike, lagged: bool = True, seed: int = 0,
+                 map_type: str = "f16") -> Path:
+    """A maps file of random K/V maps (gguf-format.md) beside `base`, lagged by default (speed only: fitted ones
+    cost the same). Every layer after the split must attend (no hybrid)."""
+    from ..format.maps import KVFit, KVMaps
+    from .costmodel import Shape as CostShape
+
+    ident = fmt.identity_of(base)
+    layers, rows = list(range(split + 1, ident.n_layer)), 2 * CostShape.from_gguf(base).d_kv
+    rng = np.random.default_rng(seed)
+    w = lambda: (rng.standard_normal((len(layers), rows, ident.n_embd), np.float32) / np.sqrt(ident.n_embd))
+    kv = KVMaps(layers, w(), np.zeros((len(layers), rows), np.float32),
+                [KVFit(l, lagged, 0.0, 0.0, 0.0, 0.0) for l in layers], w() if lagged else None)
+    maps = Maps(split, layers, None, None, [LayerFit(l, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0) for l in layers], kv=kv)
+    return fmt.write_maps(base, maps, ident, Provenance(backend="synthetic"), out, map_type=map_type, kind="kv")
+
+
 # ---- shape-faithful random-weight models (speed only) ----------------------------------
 
 @dataclass(frozen=True)

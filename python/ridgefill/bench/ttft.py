@@ -27,7 +27,7 @@ from ..fit.route import parse_mode
 from ..runtime.split_prefill import nothing_filled
 from ..paths import tool_path
 from ..serve.server import LlamaServer, ServerPool, maps_flags, ridgefill_flags, ttft_ms
-from .report import LengthResult, summarize
+from .report import LengthResult, kv_maps, lagged_maps, map_bytes, summarize
 
 if TYPE_CHECKING:
     from ..runtime import Model
@@ -100,7 +100,8 @@ def ttft(model: str, lengths: list[int], runs: int = 5, modes=("exact", "identit
                     r.rows[mode] = report
                 progress(f"  {n} tokens, run {i + 1}/{runs}, {mode}: {ms:.0f} ms")
         results.append(r)
-    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(meta), lagged_maps(meta))
+    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(meta), lagged_maps(meta),
+                    kv_maps(meta))
     out["path"], out["maps"] = "llama-bench", maps
     out["round_order"] = "alternating"
     out["rpc"], out["ngl"], out["warmup"] = rpc, ngl, warm
@@ -123,7 +124,7 @@ def _placer(model, shape, rpc, ngl, tool, tensor_split, ubatch, split, sinks, ta
         from ..runtime import devices
 
         n_devices += sum(1 for _, _, kind in devices() if kind != "cpu")
-    return Placer(shape, n_devices, ubatch, split, sinks, tail, lagged_maps(model), tensor_split, ngl)
+    return Placer(shape, n_devices, ubatch, split, sinks, tail, lagged_maps(model), tensor_split, ngl, kv_maps(model))
 
 
 def _prose_tokens(m: Model) -> np.ndarray:
@@ -204,7 +205,8 @@ def ttft_server(model: str, lengths: list[int], runs: int = 5, modes=("exact", "
                     progress(f"  llama-server {n} tokens, run {i + 1}/{runs}, {mode}: {ms:.0f} ms")
             r.peak_rss_mb = {mode: pool.peak_rss_mb(server_of(mode)) for mode in modes}
             results.append(r)
-    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(meta), lagged_maps(meta))
+    out = summarize(model, results, shape, split, sinks, tail, threads, modes, map_bytes(meta), lagged_maps(meta),
+                    kv_maps(meta))
     out["path"], out["maps"] = "llama-server", maps
     out["round_order"] = "alternating"
     out["rpc"], out["ngl"], out["warmup"] = rpc, ngl, warm
@@ -234,23 +236,6 @@ def _warn_unfilled(lengths, modes, sinks: int, tail: int, progress) -> None:
             warning = nothing_filled(n, sinks, tail)
             if warning:
                 progress(warning)
-
-
-def map_bytes(model) -> int:
-    """Bytes of RidgeFill maps in the GGUF; 0 for a model without maps (exact/identity runs)."""
-    try:
-        return fmt.inspect(model)["map_bytes"]
-    except ValueError:
-        return 0
-
-
-def lagged_maps(model) -> float:
-    """The d x d products a filled row's maps spend on earlier rows (fmt.earlier_row_products: one per lagged
-    map, a window's share); 0 for a model without maps."""
-    try:
-        return fmt.earlier_row_products(model)
-    except ValueError:
-        return 0
 
 
 def fit_speed(model_path: str, split: int, tokens: int, threads: int = 2, window: int = 2048) -> dict:

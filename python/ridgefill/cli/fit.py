@@ -14,7 +14,7 @@ def _capture_config(args):
 
     return CaptureConfig(split=args.split, tokens=args.tokens, heldout_frac=args.heldout_frac,
                          window=args.window, sinks=args.sinks, threads=args.threads, shard=args.shard, rpc=args.rpc,
-                         n_gpu_layers=args.n_gpu_layers)
+                         n_gpu_layers=args.n_gpu_layers, kv=args.kv or getattr(args, "maps", "input") == "kv")
 
 
 def _window(args, cfg):
@@ -64,10 +64,16 @@ def _cmd_fit(args) -> int:
     maps = pipeline.fit_and_pack(args.base, stats, args.output, args.type, _defaults(args), args.maps_out,
                                  blend=not args.no_identity_blend, lam=args.lam, lag_gain=_lag_gain(args),
                                  lag_keys=args.lag_keys, window_gain=args.window_gain, ranks=args.window_ranks,
-                                 on_window=lambda r: print("\n".join(r.lines())), maps_only=args.maps_only)
+                                 on_window=lambda r: print("\n".join(r.lines())), maps_only=args.maps_only,
+                                 kind=args.maps)
     for name, prov in (("training", stats.provenance), ("held-out", stats.heldout_provenance)):
         print(f"{name}: {prov.summary()}")
     print(ridge.report(maps))
+    if maps.kv is not None:
+        from ..fit import kv_fit
+
+        print(kv_fit.report(maps.kv, stats.identity.n_embd))
+        print(f"the GGUF carries the {'K/V' if args.maps == 'kv' else 'input'} maps (--maps kv|input)")
     losers = [f.layer for f in maps.fits if f.r2_ridge <= f.r2_identity]
     if losers:
         print(f"warning: ridge does not beat identity on layer(s) {losers}", file=sys.stderr)
@@ -107,7 +113,8 @@ def _cmd_convert(args) -> int:
     else:
         maps, identity, provenance = ridge.load_maps(args.maps)
         write = fmt.write_maps if args.maps_only else fmt.pack
-        write(args.base, maps, identity, provenance, args.output, map_type=args.type, defaults=_defaults(args))
+        write(args.base, maps, identity, provenance, args.output, map_type=args.type, defaults=_defaults(args),
+              kind=args.kind)
     print(f"wrote {args.output}")
     return 0
 
@@ -125,6 +132,9 @@ def _add_capture_args(p, split_required: bool):
     p.add_argument("--hf", help="HF checkpoint for --backend hf (default: transformers loads the GGUF itself)")
     p.add_argument("--rpc", metavar="HOST:PORT,...", help="capture with the model's layers on these ggml-rpc-servers")
     add_gpu_layers(p)
+    p.add_argument("--kv", action="store_true",
+                   help="also capture each late attention layer's K and V, for maps straight into them (fit --maps "
+                        "kv; fit reports their held-out error beside the input maps' either way)")
     p.add_argument("--window-rows", type=window_rows, metavar="W",
                    help="also capture window statistics: rows t-1..t-W projected on --window-basis principal "
                         "directions of the split state, for window maps (a second capture pass)")
@@ -156,6 +166,10 @@ def add_commands(sub) -> None:
     fp.add_argument("base", help="base GGUF")
     _add_capture_args(fp, split_required=False)
     fp.add_argument("--stats", action="append", help="use (and merge) saved statistics instead of capturing")
+    fp.add_argument("--maps", choices=("input", "kv"), default="input",
+                    help="the maps the GGUF carries: per-layer maps into each late layer's input (default), or maps "
+                         "straight into each late attention layer's K and V, one product for all of them (captures "
+                         "their statistics, as --kv)")
     fp.add_argument("--stats-out", help="also save the captured statistics")
     fp.add_argument("--maps-out", help="also save the maps (.npz) for `ridgefill convert`")
     fp.add_argument("--no-identity-blend", action="store_true",
@@ -190,6 +204,8 @@ def add_commands(sub) -> None:
                                    "packed with the base into an augmented GGUF")
     cv.add_argument("--unpack", action="store_true", help="write the maps file of an augmented GGUF")
     cv.add_argument("--maps-only", action="store_true", help="from saved maps, write a maps file")
+    cv.add_argument("--kind", choices=("input", "kv"), default="input",
+                    help="from saved maps, write their input maps (default) or their K/V maps")
     cv.add_argument("--sinks", type=int, default=Defaults.sink_rows)
     _add_pack_args(cv)
     cv.add_argument("-o", "--output", required=True)

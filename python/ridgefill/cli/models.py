@@ -55,12 +55,22 @@ def _cmd_inspect(args) -> int:
     for k, v in info["metadata"].items():
         if not isinstance(v, list):
             print(f"ridgefill.{k:18s} {v}")
-    print("layer  type        input  lambda      alpha  R2 ridge  R2 identity  bytes")
+    print("layer  type        input  lambda      alpha  R2 ridge  R2 identity  K err  bytes")
     for row in info["layers"]:
         inputs = "+".join(["row"] + ["lag"] * row["previous_row"] + ["win"] * row.get("window", False))
         print(f"{row['layer']:5d}  {row['type']:4s}  {inputs:>11s}  "
               f"{_num(row['lambda'], '.3e'):>9s}  {_num(row['blend'], '5.2f'):>5s}  "
-              f"{_num(row['r2_ridge'], '8.4f')}  {_num(row['r2_identity'], '11.4f')}  {row['bytes']}")
+              f"{_num(row['r2_ridge'], '8.4f')}  {_num(row['r2_identity'], '11.4f')}  {_num(row['k_err'], '5.3f'):>5s}  "
+              f"{row['bytes']}")
+    if info["kv"]:
+        kv = info["kv"]
+        print(f"K/V maps: {kv['rows']} rows{' (and the previous row)' if kv['previous_row'] else ''}, {kv['bytes']} bytes")
+    if info["kv"] or any(r.get("kv_k_err") is not None for r in info["layers"]):
+        rows = info["kv"]["layers"] if info["kv"] else info["layers"]
+        print("held-out relative error  layer  input maps K  K/V maps K  K/V maps V")
+        for r in rows:
+            print(f"{'':24s}{r['layer']:6d}  {_num(r['k_err'], '12.4f'):>12s}  {_num(r['kv_k_err'], '10.4f'):>10s}  "
+                  f"{_num(r['kv_v_err'], '10.4f'):>10s}")
     if info["window"]:
         print(f"window: rows t-1..t-{info['window']['rows']} through {info['window']['rank']} columns")
     print(f"map memory: {info['map_bytes'] / 2**20:.1f} MiB")

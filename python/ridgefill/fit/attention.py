@@ -60,13 +60,19 @@ class AttentionLayer:
         v = self.normed(h) @ self.wv.T
         return v if self.bv is None else v + self.bv
 
-    def _project(self, x, w, b, head_norm, n_heads, pos):
+    def keys_pre_rope(self, h: np.ndarray) -> np.ndarray:
+        """(n, n_head_kv * head_dim): the keys before RoPE (what a K/V map predicts; RoPE is applied after)."""
+        return self._heads(self.normed(h), self.wk, self.bk, self.k_norm, self.n_head_kv).reshape(len(h), -1)
+
+    def _heads(self, x, w, b, head_norm, n_heads):
         y = x @ w.T
         if b is not None:
             y = y + b
         y = y.reshape(len(x), n_heads, self.head_dim)
-        if head_norm is not None:
-            y = _rms(y, self.eps) * head_norm
+        return y if head_norm is None else _rms(y, self.eps) * head_norm
+
+    def _project(self, x, w, b, head_norm, n_heads, pos):
+        y = self._heads(x, w, b, head_norm, n_heads)
         return rope(y, np.asarray(pos), self.n_rot, self.freq_base, self.freq_scale, self.neox)
 
 

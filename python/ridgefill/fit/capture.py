@@ -25,6 +25,7 @@ from ..runtime import supported_archs  # builders that record each layer's input
 from ..format.identity import ModelIdentity
 from ..format.write import Defaults
 from .defaults import DEFAULT_TOKENS
+from .kv_stats import KVSink, KVTargets
 from .stats import MAX_WINDOW, CalibrationStats, MapInputs, Moments, Provenance
 from ..errors import RidgefillError
 
@@ -47,6 +48,7 @@ class CaptureConfig:
     shard: tuple[int, int] = (0, 1)  # (i, n): this run processes windows i, i+n, i+2n, ...
     rpc: str | None = None  # 'host:port,...': capture with the layers on ggml-rpc-servers
     n_gpu_layers: int = -1  # layers on the GPU or RPC devices (-1: all, as llama.cpp's tools; 0: CPU only)
+    kv: bool = False  # also the late attention layers' K and V as targets (kv_stats.py)
 
     def __post_init__(self):
         i, n = self.shard
@@ -108,9 +110,18 @@ def previous_rows(h: np.ndarray, start: int, before: np.ndarray | None = None) -
 
 def accumulate(stats: list[CalibrationStats], docs: list[Document], cfg: CaptureConfig,
                tokenize: Callable[[str], np.ndarray], bos: int | None, backend: str, process: WindowFn,
-               progress: Callable[[int], None] | None = None) -> list[CalibrationStats]:
+               progress: Callable[[int], None] | None = None,
+               kv: dict[int, KVTargets] | None = None) -> list[CalibrationStats]:
     """Feed documents to a capture backend: training and held-out documents, each within its budget.
-    Every CalibrationStats (one per split) sees the same windows."""
+    Every CalibrationStats (one per split) sees the same windows; `kv` (split -> its K/V targets) also feeds
+    the K/V sums of the statistics that hold them."""
+
+    def sinks(part: str) -> list:
+        out = []
+        for st in stats:
+            mom = getattr(st, part)
+            out.append((st.inputs, mom if st.kv is None else KVSink(mom, getattr(st.kv, part), kv[st.split])))
+        return out
 
     shard, n_shards = cfg.shard
 
@@ -133,8 +144,8 @@ def accumulate(stats: list[CalibrationStats], docs: list[Document], cfg: Capture
 
     n_held = int(cfg.tokens * cfg.heldout_frac)
     train_docs, held_docs = assign(docs, cfg)
-    train = run(train_docs, [(st.inputs, st.train) for st in stats], cfg.tokens - n_held, cfg.seed)
-    held = run(held_docs, [(st.inputs, st.heldout) for st in stats], n_held, cfg.seed + 1)
+    train = run(train_docs, sinks("train"), cfg.tokens - n_held, cfg.seed)
+    held = run(held_docs, sinks("heldout"), n_held, cfg.seed + 1)
     for st in stats:
         st.provenance, st.heldout_provenance = train, held
     return stats
@@ -166,7 +177,24 @@ def capture_llama(model_path, docs: list[Document], cfg: CaptureConfig, identity
         raise CalibrationError("window statistics are captured for one split at a time")
     basis, w_rows = window or (None, 0)
     stats = [CalibrationStats(identity, s, basis=basis, window=w_rows) for s in splits]
-    return [check_rows(st, cfg) for st in accumulate(stats, docs, cfg, model.tokenize, bos, "llama", process, progress)]
+    kv = kv_targets(model_path, stats) if cfg.kv else None
+    return [check_rows(st, cfg) for st in accumulate(stats, docs, cfg, model.tokenize, bos, "llama", process, progress, kv)]
+
+
+def kv_targets(model_path, stats: list[CalibrationStats]) -> dict[int, KVTargets]:
+    """Each split's K/V targets (its late attention layers, from the GGUF's weights), its statistics made to
+    hold their sums."""
+    from .attention import attention_layers
+
+    attn = attention_layers(model_path, list(range(min(st.split for st in stats) + 1, stats[0].identity.n_layer)))
+    out = {}
+    for st in stats:
+        late = {il: a for il, a in attn.items() if il > st.split}
+        if not late:
+            raise CalibrationError(f"split {st.split} leaves no late attention layer for K/V maps")
+        out[st.split] = KVTargets(late, st.split)
+        st.kv = out[st.split].stats(st.inputs.width(st.identity.n_embd))
+    return out
 
 
 def _accumulate(ctx, start: int, n: int, sinks: int, moms: list[tuple[MapInputs, Moments]],

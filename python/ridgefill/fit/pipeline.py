@@ -12,7 +12,7 @@ from ..sources import corpus
 from .. import format as fmt
 import numpy as np
 
-from . import key_space, ridge, window_fit
+from . import key_space, kv_fit, ridge, window_fit
 from .capture import CaptureConfig, capture_llama, check_arch, check_split
 from .stats import CalibrationStats, merge_files
 from ..errors import InputError
@@ -25,7 +25,8 @@ RECIPE = 3  # bump when a fit computes something else from the same corpus and s
 def recipe_key(cfg: CaptureConfig) -> str:
     """A short hash of what a default-corpus fit depends on besides the base: the corpus, the
     capture settings and RECIPE (cached fits are keyed by it: demo, tune)."""
-    settings = {k: v for k, v in asdict(cfg).items() if k not in ("threads", "rpc", "n_gpu_layers")}
+    settings = {k: v for k, v in asdict(cfg).items()
+                if k not in ("threads", "rpc", "n_gpu_layers") and not (k == "kv" and not v)}
     blob = json.dumps([RECIPE, corpus.corpus_hash(corpus.default_calibration()), settings], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
@@ -40,8 +41,8 @@ def calibrate(base: str | os.PathLike, cfg: CaptureConfig, corpus_paths: list[st
     """Statistics for cfg.split; `window` (basis, W): window statistics (window_fit.py)."""
     if backend not in ("llama", "hf"):
         raise InputError(f"unknown capture backend {backend!r} (llama, hf)")
-    if window is not None and backend != "llama":
-        raise InputError("window statistics are captured through llama.cpp (--backend llama)")
+    if (window is not None or cfg.kv) and backend != "llama":
+        raise InputError("window and K/V statistics are captured through llama.cpp (--backend llama)")
     return calibrate_splits(base, cfg, [cfg.split], corpus_paths, backend, hf_path, show_progress, window)[0]
 
 
@@ -107,16 +108,20 @@ def fit_and_pack(base, stats: CalibrationStats, out, map_type: str = "f16",
                  defaults: fmt.Defaults = fmt.Defaults(), maps_out=None, blend: bool = True, lam: float | None = None,
                  lag_gain: float | None = ridge.DEFAULT_LAG_GAIN, lag_keys: bool = False,
                  window_gain: float = window_fit.DEFAULT_WINDOW_GAIN,
-                 ranks=window_fit.DEFAULT_RANKS, on_window=None, maps_only: bool = False) -> ridge.Maps:
+                 ranks=window_fit.DEFAULT_RANKS, on_window=None, maps_only: bool = False,
+                 kind: str = "input") -> ridge.Maps:
     """Fit, save and fmt. `lam` fixes λ/scale for every layer instead of choosing it on held-out rows;
     `lag_gain` None fits per-row maps only, `lag_keys` lets the keys' held-out error decide the lag too
     (ridge.fit); each layer's key error is measured through the base's key projections either way. Window
     statistics also get window maps where they pay (window_fit.add_window: `window_gain`, `ranks`); what it
     tried goes to on_window(WindowReport). `maps_only` writes `out` as a maps file (beside the base) rather than an
-    augmented GGUF."""
+    augmented GGUF. Statistics with K/V sums also get K/V maps (kv_fit.py), kept in `maps_out` and reported;
+    `kind` "kv" writes them into the GGUF in place of the input maps."""
     grid = ridge.DEFAULT_GRID if lam is None else (lam,)
     keys = key_projections(base, stats)
     maps = ridge.fit(stats, blend=blend, grid=grid, lag_gain=lag_gain, keys=keys, lag_keys=lag_keys)
+    if stats.kv is not None:
+        maps.kv = kv_fit.fit_kv(stats, grid, lag_gain)
     if stats.inputs.basis is not None:
         report = window_fit.add_window(maps, stats, grid, keys, window_gain, ranks)
         if on_window:
@@ -125,5 +130,5 @@ def fit_and_pack(base, stats: CalibrationStats, out, map_type: str = "f16",
         ridge.save_maps(maps_out, maps, stats.identity, stats.provenance)
     if out:
         write = fmt.write_maps if maps_only else fmt.pack
-        write(base, maps, stats.identity, stats.provenance, out, map_type=map_type, defaults=defaults)
+        write(base, maps, stats.identity, stats.provenance, out, map_type=map_type, defaults=defaults, kind=kind)
     return maps

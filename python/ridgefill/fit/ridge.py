@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from .heldout import best_blend, grid_sse, heldout_sse, heldout_sst
-from ..format.maps import LayerFit, Maps
+from ..format.maps import KVFit, KVMaps, LayerFit, Maps
 from .route import RouteStats
 from .route import from_moments as route_stats
 from .stats import CalibrationStats, Moments
@@ -228,6 +228,11 @@ def save_maps(path, maps: Maps, identity, provenance) -> Path:
         arrays.update(route_mean=maps.route.mean, route_whiten=maps.route.whiten)
     if maps.window is not None:
         arrays.update(window=maps.window, weights_window=maps.weights_window)
+    if maps.kv is not None:
+        meta["kv_fits"] = [asdict(f) for f in maps.kv.fits]
+        arrays.update(kv_weights=maps.kv.weights, kv_biases=maps.kv.biases)
+        if maps.kv.weights_prev is not None:
+            arrays["kv_weights_prev"] = maps.kv.weights_prev
     return save_npz(path, MAPS_FORMAT, meta, arrays)
 
 
@@ -244,6 +249,10 @@ def load_maps(path):
         maps = Maps(int(meta["split"]), list(meta["layers"]), data["weights"], data["biases"],
                     [LayerFit(**f) for f in meta["fits"]], route=route, weights_prev=data.get("weights_prev"),
                     window=data.get("window"), weights_window=data.get("weights_window"))
+        if "kv_fits" in meta:
+            fits = [KVFit(**f) for f in meta["kv_fits"]]
+            maps.kv = KVMaps([f.layer for f in fits], data["kv_weights"], data["kv_biases"], fits,
+                             data.get("kv_weights_prev"))
         return maps, ModelIdentity(**meta["identity"]), Provenance(**meta["provenance"])
     except (KeyError, TypeError, ValueError) as err:
         raise InputError(f"cannot read maps from {path}: {err}") from None

@@ -8,7 +8,8 @@ same window), so that a map may also read the previous row (ridge.py); the first
 per-row statistics. Window statistics (MapInputs with a basis V, d x q) append Vᵀh_s(t-j) for
 j = 1..W, from which window maps are fitted (window_fit.py). Activations are never stored; statistics from
 several runs add up (sharded calibration), provided they describe the same model,
-split and layers. A second, disjoint set (held-out documents) selects λ.
+split and layers. A second, disjoint set (held-out documents) selects λ. Captured with K/V targets, the
+statistics also hold the late attention layers' K and V sums over the same x (kv_stats.py).
 """
 
 from __future__ import annotations
@@ -22,16 +23,13 @@ import numpy as np
 
 from ..files import load_npz, save_npz
 from ..format.identity import ModelIdentity
-from ..errors import RidgefillError
 from ..format.maps import Provenance
+from .kv_stats import KVStats
+from .moments import Moments, StatsError
 
 MAX_WINDOW = 16  # rows back a window map reads (the fork's hparams.rf_max_window)
 
 FORMAT = "ridgefill-stats/3"  # 2: x carries the previous row's split state; 3: held-out Σ y yᵀ
-
-
-class StatsError(RidgefillError, ValueError):
-    pass
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,98 +68,6 @@ class MapInputs:
                 and (self.basis is None or np.array_equal(self.basis, other.basis)))
 
 
-class Moments:
-    """Streaming float64 moments of (x, y_1..y_m) rows; x has d_in columns, each y d_out (default d_in).
-    With `outer_y`, also each target's Σ y yᵀ (yyt, (m, d_out, d_out))."""
-
-    def __init__(self, d_in: int, m: int, d_out: int | None = None, outer_y: bool = False):
-        d_out = d_in if d_out is None else d_out
-        self.n = 0
-        self.sum_x = np.zeros(d_in)
-        self.sum_y = np.zeros((m, d_out))
-        self.xtx = np.zeros((d_in, d_in))
-        self.xty = np.zeros((m, d_in, d_out))
-        self.yy = np.zeros(m)
-        self.yyt = np.zeros((m, d_out, d_out)) if outer_y else None
-
-    @property
-    def d(self) -> int:
-        """Columns of x."""
-        return self.sum_x.shape[0]
-
-    @property
-    def d_out(self) -> int:
-        return self.sum_y.shape[1]
-
-    def head(self, k: int) -> "Moments":
-        """The moments of the first k columns of x (views, not copies)."""
-        m = Moments.__new__(Moments)
-        m.n, m.sum_y, m.yy, m.yyt = self.n, self.sum_y, self.yy, self.yyt
-        m.sum_x, m.xtx, m.xty = self.sum_x[:k], self.xtx[:k, :k], self.xty[:, :k, :]
-        return m
-
-    @property
-    def m(self) -> int:
-        return self.sum_y.shape[0]
-
-    def update(self, x: np.ndarray, ys: list[np.ndarray]) -> None:
-        if len(ys) != self.m:
-            raise StatsError(f"expected {self.m} target layers, got {len(ys)}")
-        if np.ndim(x) != 2 or np.shape(x)[1] != self.d:
-            raise StatsError(f"rows x have shape {np.shape(x)}, expected (n, {self.d})")
-        if len(x) == 0:
-            return
-        x64 = np.asarray(x, dtype=np.float64)
-        self.n += len(x64)
-        self.sum_x += x64.sum(0)
-        self.xtx += x64.T @ x64
-        for j, y in enumerate(ys):
-            if y.shape != (len(x), self.d_out):
-                raise StatsError(f"target {j} has shape {y.shape}, expected {(len(x), self.d_out)}")
-            y64 = np.asarray(y, dtype=np.float64)
-            self.sum_y[j] += y64.sum(0)
-            self.xty[j] += x64.T @ y64
-            self.yy[j] += np.einsum("ij,ij->", y64, y64)
-            if self.yyt is not None:
-                self.yyt[j] += y64.T @ y64
-
-    def __iadd__(self, other: "Moments") -> "Moments":
-        if (other.d, other.m, other.d_out) != (self.d, self.m, self.d_out):
-            raise StatsError(f"cannot add moments of shape (d_in={other.d}, m={other.m}, d_out={other.d_out}) "
-                             f"to (d_in={self.d}, m={self.m}, d_out={self.d_out})")
-        self.n += other.n
-        self.sum_x += other.sum_x
-        self.sum_y += other.sum_y
-        self.xtx += other.xtx
-        self.xty += other.xty
-        self.yy += other.yy
-        # a sum that misses one part's Σ y yᵀ has none
-        self.yyt = None if self.yyt is None or other.yyt is None else self.yyt + other.yyt
-        return self
-
-    _FIELDS = ("sum_x", "sum_y", "xtx", "xty", "yy", "yyt")
-
-    def arrays(self, prefix: str) -> dict[str, np.ndarray]:
-        out = {f"{prefix}n": np.asarray(self.n)}
-        out.update({f"{prefix}{k}": np.asarray(getattr(self, k)) for k in self._FIELDS if getattr(self, k) is not None})
-        return out
-
-    @classmethod
-    def from_arrays(cls, data, prefix: str) -> "Moments":
-        m = cls.__new__(cls)
-        m.n = int(data[f"{prefix}n"])
-        for k in cls._FIELDS:
-            setattr(m, k, np.array(data[f"{prefix}{k}"], dtype=np.float64) if f"{prefix}{k}" in data else None)
-        return m
-
-    def nonfinite_targets(self) -> list[int]:
-        """Indices j whose statistics hold NaN/Inf (x's own moments count against every j)."""
-        x_bad = not (np.isfinite(self.sum_x).all() and np.isfinite(self.xtx).all())
-        return [j for j in range(self.m)
-                if x_bad or not (np.isfinite(self.sum_y[j]).all() and np.isfinite(self.xty[j]).all() and np.isfinite(self.yy[j])
-                                 and (self.yyt is None or np.isfinite(self.yyt[j]).all()))]
-
-
 class CalibrationStats:
     """Training and held-out moments for maps from layer `split` to each later layer."""
 
@@ -180,6 +86,7 @@ class CalibrationStats:
         d, m = identity.n_embd, len(self.layers)
         self.train = Moments(self.inputs.width(d), m, d)  # x = [h_s(t), h_s(t-1), window columns]
         self.heldout = Moments(self.inputs.width(d), m, d, outer_y=True)
+        self.kv = None  # kv_stats.KVStats: the late attention layers' K and V as targets too (capture's kv)
 
     def merge(self, other: "CalibrationStats") -> None:
         bad = self.identity.mismatch(other.identity)
@@ -190,10 +97,15 @@ class CalibrationStats:
         if not other.inputs.same(self.inputs):
             raise StatsError("statistics hold different window columns (window or basis): capture every shard "
                              "with the same --window and basis")
+        if (self.kv is None) != (other.kv is None) or (self.kv is not None and not self.kv.same(other.kv)):
+            raise StatsError("statistics hold different K/V sums (one with --kv, one without, or other layers): "
+                             "capture every shard alike")
         if other.provenance.sinks != self.provenance.sinks:
             raise StatsError(f"statistics exclude different sink rows: {self.provenance.sinks} and {other.provenance.sinks}")
         self.train += other.train
         self.heldout += other.heldout
+        if self.kv is not None:
+            self.kv.merge(other.kv)
         self.provenance = self.provenance.merged(other.provenance)
         self.heldout_provenance = self.heldout_provenance.merged(other.heldout_provenance)
 
@@ -203,6 +115,9 @@ class CalibrationStats:
             if bad:
                 layers = ", ".join(str(self.layers[j]) for j in bad)
                 raise StatsError(f"non-finite {name} statistics for layer(s) {layers}: the model produced NaN/Inf activations")
+        bad = [] if self.kv is None else self.kv.nonfinite_layers()
+        if bad:
+            raise StatsError(f"non-finite K/V statistics for layer(s) {', '.join(map(str, bad))}")
 
     def meta(self) -> dict:
         return {
@@ -213,12 +128,14 @@ class CalibrationStats:
             "layers": self.layers,
             "provenance": asdict(self.provenance),
             "heldout_provenance": asdict(self.heldout_provenance),
+            "kv": None if self.kv is None else self.kv.meta(),
         }
 
     def save(self, path: str | os.PathLike) -> Path:
         meta = {k: v for k, v in self.meta().items() if k != "format"}
         basis = {} if self.inputs.basis is None else {"window_basis": self.inputs.basis}
-        return save_npz(path, FORMAT, meta, {**self.train.arrays("train_"), **self.heldout.arrays("heldout_"), **basis})
+        kv = {} if self.kv is None else self.kv.arrays()
+        return save_npz(path, FORMAT, meta, {**self.train.arrays("train_"), **self.heldout.arrays("heldout_"), **basis, **kv})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CalibrationStats":
@@ -230,6 +147,8 @@ class CalibrationStats:
             st.heldout_provenance = Provenance(**meta["heldout_provenance"])
             st.train = Moments.from_arrays(data, "train_")
             st.heldout = Moments.from_arrays(data, "heldout_")
+            if meta.get("kv"):
+                st.kv = KVStats.load(meta["kv"], data, st.inputs.width(st.identity.n_embd))
         except (KeyError, TypeError, ValueError) as err:
             hint = (" (statistics from before the previous row and the held-out Σ y yᵀ were captured: capture them again)"
                     if re.search(r"stats/[12]\b", str(err)) else "")
@@ -250,6 +169,11 @@ class CalibrationStats:
                     got = "no array" if getattr(mom, k) is None else f"shape {getattr(mom, k).shape}"
                     raise StatsError(f"cannot read statistics from {path}: {name}_{k} has {got}, "
                                      f"expected {shape} for n_embd={d} and {m} late layers")
+        kv = self.kv
+        if kv is not None and ((kv.train.n, kv.heldout.n) != (self.train.n, self.heldout.n)
+                               or not set(kv.layers) <= set(self.layers)):
+            raise StatsError(f"cannot read statistics from {path}: its K/V sums cover other rows or layers "
+                             f"({kv.train.n}/{kv.heldout.n} rows, layers {kv.layers})")
 
 
 def merge_files(paths: list[str | os.PathLike]) -> CalibrationStats:

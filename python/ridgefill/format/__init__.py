@@ -11,7 +11,7 @@ Python (`validate`) and `ridgefill inspect` (`inspection`). The fork's loader re
 from .gguf_io import GGUFError
 from .identity import ModelIdentity, has_maps, identity_of
 from .inspection import inspect
-from .read import earlier_row_products, n_lagged, read_maps, read_prev_maps, read_route, read_window
+from .read import earlier_row_products, kv_products, n_lagged, read_maps, read_prev_maps, read_route, read_window
 from .write import Defaults, PackError, pack, write_maps
 from .maps_file import OtherBase, is_maps_file, unpack, pack as pack_maps_file
 

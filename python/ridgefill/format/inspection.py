@@ -43,7 +43,16 @@ def inspect(path: str | os.PathLike, base: str | os.PathLike | None = None) -> d
     d = model_shape(reader)[2] or 1
     window = None if proj is None else {"rows": int(proj.shape[0]) // d, "rank": int(proj.shape[1])}
     total += 0 if proj is None else int(proj.n_bytes)
-    return {"path": str(path), "metadata": meta, "layers": layers, "map_bytes": total, "route": route, "window": window,
+    kv_t = [t for t in tensors.values() if ".ridge_kv" in t.name]
+    kv = None
+    if kv_t and isinstance(split, int):
+        kv = {"rows": int(kv_t[0].shape[-1]), "previous_row": any("ridge_kv_prev" in t.name for t in kv_t),
+              "bytes": sum(int(t.n_bytes) for t in kv_t),
+              "layers": [{"layer": l, **{k: _per_layer(meta, k, l) for k in ("kv_k_err", "kv_v_err", "k_err")}}
+                         for l in range(split + 1, split + 1 + len(meta.get("lambda") or []))]}
+        total += kv["bytes"]
+    return {"path": str(path), "metadata": meta, "layers": layers, "kv": kv, "map_bytes": total, "route": route,
+            "window": window,
             "checks": checks,
             "loads": all(c["ok"] for c in checks if c["name"] in validate.LOADER)}
 

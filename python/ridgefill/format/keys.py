@@ -24,6 +24,9 @@ LAMBDA = KEY.format("lambda")                      # [float] per late layer, fro
 HELDOUT_R2 = KEY.format("heldout_r2")
 HELDOUT_R2_IDENTITY = KEY.format("heldout_r2_identity")
 IDENTITY_BLEND = KEY.format("identity_blend")
+K_ERR = KEY.format("heldout_k_err")                # [float] input maps' held-out key error (fit/key_space.py)
+KV_K_ERR = KEY.format("kv_heldout_k_err")          # [float] K/V maps' held-out K and V errors, where fitted
+KV_V_ERR = KEY.format("kv_heldout_v_err")
 CALIB_TOKENS = KEY.format("calib_tokens")          # uint64
 CORPUS_HASH = KEY.format("corpus_hash")            # string
 BASE_SHA256 = KEY.format("base_sha256")            # string: sha256 of the base GGUF file
@@ -39,7 +42,8 @@ BASE_WEIGHTS_HASH = KEY.format("base.weights_hash")  # string: FNV-1a 64 of the 
 BASE_LAYOUT_HASH = KEY.format("base.layout_hash")    # string: FNV-1a 64 of every tensor's name, type and shape
 
 # per-layer statistics: inspect's name -> the key (a list that starts at layer s + 1)
-PER_LAYER = {"lambda": LAMBDA, "r2_ridge": HELDOUT_R2, "r2_identity": HELDOUT_R2_IDENTITY, "blend": IDENTITY_BLEND}
+PER_LAYER = {"lambda": LAMBDA, "r2_ridge": HELDOUT_R2, "r2_identity": HELDOUT_R2_IDENTITY, "blend": IDENTITY_BLEND,
+             "k_err": K_ERR, "kv_k_err": KV_K_ERR, "kv_v_err": KV_V_ERR}
 
 # tensors (ggml ne = {d_in, d_out}; numpy shape (d_out, d_in))
 MAP_WEIGHT = "blk.{}.ridge_map.weight"
@@ -50,6 +54,12 @@ MAP_PREV = "blk.{}.ridge_map_prev.weight"  # a lagged map's weight on the previo
 WINDOW = "blk.{}.ridge_window.weight"
 MAP_WINDOW = "blk.{}.ridge_map_window.weight"
 MAX_WINDOW = 16  # hparams.rf_max_window
+# K/V maps, on the split layer only, in place of the per-layer maps: ggml ne {d, rows}, rows every later layer's
+# K (before RoPE) then V widths in layer order (numpy (rows, d)); an F32 bias (rows); optionally a lagged weight
+KV_WEIGHT = "blk.{}.ridge_kv.weight"
+KV_BIAS = "blk.{}.ridge_kv.bias"
+KV_PREV = "blk.{}.ridge_kv_prev.weight"
+MAP_KINDS = ("input", "kv")  # what `pack` writes: per-layer input maps or the split layer's K/V maps
 ROUTE_MEAN = "blk.{}.ridge_route.mean"     # on the split layer only
 ROUTE_WHITEN = "blk.{}.ridge_route.whiten"
 MAP_SUFFIXES = ("ridge_map.weight", "ridge_map.bias", "ridge_map_prev.weight", "ridge_map_window.weight")

@@ -80,6 +80,45 @@ class LayerFit:
 
 
 @dataclass
+class KVFit:
+    """One late attention layer's K/V maps (fit/kv_fit.py): whether they read the previous row, λ/scale chosen for
+    K and for V, and the held-out relative errors of K (before RoPE) and V from each kind, fitted on training rows."""
+
+    layer: int
+    lag: bool
+    lam_rel_k: float
+    lam_rel_v: float
+    k_err_row: float
+    v_err_row: float
+    k_err_lag: float | None = None
+    v_err_lag: float | None = None
+
+    @property
+    def k_err(self) -> float:
+        return self.k_err_lag if self.lag else self.k_err_row
+
+    @property
+    def v_err(self) -> float:
+        return self.v_err_lag if self.lag else self.v_err_row
+
+
+@dataclass
+class KVMaps:
+    """Maps from the split state straight to each late attention layer's K before RoPE and V: per layer
+    [K; V] = W [h_s(t)] + W_prev [h_s(t-1)] + b, the K rows first."""
+
+    layers: list[int]
+    weights: np.ndarray  # (m, 2 * d_kv, d) float32
+    biases: np.ndarray  # (m, 2 * d_kv) float32
+    fits: list[KVFit]
+    weights_prev: np.ndarray | None = None  # (m, 2 * d_kv, d), zero where not fits[j].lag
+
+    @property
+    def d_kv(self) -> int:
+        return self.weights.shape[1] // 2
+
+
+@dataclass
 class Maps:
     split: int
     layers: list[int]
@@ -93,6 +132,7 @@ class Maps:
     # layer, and each layer's map (m, d_out, rank) of its columns (zero where not fit.window)
     window: np.ndarray | None = None
     weights_window: np.ndarray | None = None
+    kv: KVMaps | None = None  # maps straight into the late attention layers' K and V, where fitted (`fit --kv`)
 
     def prev(self, j: int) -> np.ndarray | None:
         """The previous-row map of the j-th late layer, None when it reads its own row only."""

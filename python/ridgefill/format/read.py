@@ -47,6 +47,13 @@ def earlier_row_products(path: str | os.PathLike) -> float:
     return n
 
 
+def kv_products(path: str | os.PathLike) -> int:
+    """Products of the split layer's stacked K/V maps per filled row (the cost model's `kv`): 0 without K/V maps,
+    1, or 2 when they also read the previous row."""
+    names = [t.name for t in open_gguf(path).tensors]
+    return sum(n.endswith(".ridge_kv.weight") or n.endswith(".ridge_kv_prev.weight") for n in names)
+
+
 def read_prev_maps(path: str | os.PathLike) -> dict[int, np.ndarray]:
     """{layer: W_prev} (float32, (d_out, d_in)) of the layers whose map also reads the previous row."""
     reader = open_gguf(path)

@@ -22,7 +22,7 @@ from .gguf_io import field, open_gguf
 from .identity import model_shape
 from .maps_file import check_base, is_maps_file
 from .write import PackError
-from .keys import (BASE_SHA256, FORMAT_VERSION, FORMAT_VERSION_KEY, KEY, MAP_BIAS, MAP_PREV, MAP_SUFFIXES, MAP_WEIGHT,
+from .keys import (BASE_SHA256, FORMAT_VERSION, FORMAT_VERSION_KEY, KEY, KV_BIAS, KV_PREV, KV_WEIGHT, MAP_BIAS, MAP_PREV, MAP_SUFFIXES, MAP_WEIGHT,
                    MAP_WEIGHT_TYPES, MAX_WINDOW, PER_LAYER, ROUTE_FRACTION, ROUTE_MEAN, ROUTE_WHITEN, SPLIT_LAYER, WINDOW, ADAPTER_TYPE, is_maps_tensor)
 
 LOADER = ("format_version", "split_layer", "sink_rows", "tail_rows", "maps", "window", "route", "maps_file")
@@ -117,6 +117,9 @@ def _maps(reader, split: int | None, n_layer: int, n_embd: int) -> Check:
                if any(f".ridge_map{k}." in t.name for k in ("", "_prev", "_window"))}
     if split is None:
         return Check("maps", False, f"maps not checked: no valid {SPLIT_LAYER}")
+    kv = {t.name: t for t in reader.tensors if ".ridge_kv" in t.name}
+    if kv:
+        return _kv_maps(reader, kv, tensors, split, n_layer, n_embd)
     for name in sorted(tensors):
         blk, layer, rest = (name.split(".", 2) + ["", ""])[:3]
         if blk != "blk" or not layer.isdigit() or rest not in MAP_SUFFIXES:
@@ -133,6 +136,48 @@ def _maps(reader, split: int | None, n_layer: int, n_embd: int) -> Check:
         n_prev += prev is not None
     return Check("maps", True, f"{n_layer - split - 1} maps ({n_prev} also reading the previous row), "
                                f"f32/f16 {n_embd}x{n_embd}, finite")
+
+
+def _kv_maps(reader, kv: dict, per_layer: dict, split: int, n_layer: int, n_embd: int) -> Check:
+    """K/V maps (patch "model, graph : RidgeFill K/V maps"): on the split layer only, in place of every per-layer
+    map, {d, rows} f32/f16 with an F32 bias of the rows and an optional lagged weight of the same shape; rows are
+    the late layers' K and V widths summed (from the file's keys; a maps file's are checked at load)."""
+    names = [KV_WEIGHT.format(split), KV_BIAS.format(split), KV_PREV.format(split)]
+    for name in kv:
+        if name not in names:
+            return Check("maps", False, f"{name}: K/V maps belong to the split layer {split} only")
+    if per_layer:
+        return Check("maps", False, f"{min(per_layer)}: a per-layer map beside the split layer's K/V maps (one kind a file)")
+    w, b, p = (kv.get(n) for n in names)
+    if w is None or b is None:
+        return Check("maps", False, f"{names[0] if w is None else names[1]}: missing; K/V maps need a weight and a bias")
+    rows = _ne(w)[-1] if len(_ne(w)) == 2 else 0
+    want = _kv_rows(reader, split, n_layer)
+    if want is not None and rows != want:
+        return Check("maps", False, f"{w.name}: {rows} rows, expected {want} (the K and V widths of layers "
+                                    f"{split + 1}..{n_layer - 1})")
+    if b.tensor_type != gguf.GGMLQuantizationType.F32 or _ne(b) != [rows] or not np.isfinite(np.asarray(b.data)).all():
+        return Check("maps", False, f"{b.name}: expected a finite F32 bias of {rows} rows, got {b.tensor_type.name} {_ne(b)}")
+    bad = next((x for x in (_tensor_problem(t, [n_embd, rows]) for t in (w, p) if t is not None) if x), None)
+    if bad:
+        return Check("maps", False, bad)
+    return Check("maps", True, f"K/V maps of layers {split + 1}..{n_layer - 1}: {rows} rows"
+                               f"{', reading the previous row too' if p is not None else ''}, finite")
+
+
+def _kv_rows(reader, split: int, n_layer: int) -> int | None:
+    """The late layers' K and V widths summed, from an augmented file's keys (None in a maps file)."""
+    if field(reader, gguf.Keys.General.TYPE) == gguf.GGUFType.ADAPTER:
+        return None
+    arch = field(reader, "general.architecture")
+    get = lambda k, default=None: field(reader, f"{arch}.{k}") if field(reader, f"{arch}.{k}") is not None else default
+    n_head = get("attention.head_count")
+    kv_heads = get("attention.head_count_kv", n_head)
+    heads = lambda l: kv_heads[l] if isinstance(kv_heads, list) else kv_heads
+    d = get("embedding_length")
+    n_k = get("attention.key_length", d // n_head if isinstance(n_head, int) and n_head else 0)
+    n_v = get("attention.value_length", n_k)
+    return sum(heads(l) * (n_k + n_v) for l in range(split + 1, n_layer))
 
 
 def _window(reader, split: int | None, n_embd: int) -> Check:

@@ -19,7 +19,8 @@ from .gguf_io import GGUFError, copy_gguf, field as _field, open_gguf, write_new
 from .identity import ModelIdentity, fingerprints, has_maps, identity_of
 from .keys import (ADAPTER_TYPE, BASE_BLOCK_COUNT, BASE_CONTEXT_LENGTH, BASE_EMBEDDING_LENGTH, BASE_LAYOUT_HASH,
                    BASE_VOCAB_SIZE, BASE_WEIGHTS_HASH, BASE_SHA256, CALIB_TOKENS, CORPUS_HASH, FORMAT_VERSION, FORMAT_VERSION_KEY, HELDOUT_R2,
-                   HELDOUT_R2_IDENTITY, IDENTITY_BLEND, LAMBDA, MAP_BIAS, MAP_PREV, MAP_TYPES, MAP_WEIGHT, MAP_WINDOW,
+                   HELDOUT_R2_IDENTITY, IDENTITY_BLEND, K_ERR, KV_BIAS, KV_K_ERR, KV_V_ERR, KV_PREV, KV_WEIGHT, LAMBDA, MAP_BIAS, MAP_KINDS, MAP_PREV,
+                   MAP_TYPES, MAP_WEIGHT, MAP_WINDOW,
                    MAX_WINDOW, ROUTE_FRACTION, ROUTE_MEAN, ROUTE_WHITEN, SINK_ROWS, SPLIT_LAYER, TAIL_ROWS, WINDOW)
 
 
@@ -43,19 +44,20 @@ class Defaults:
 
 
 def pack(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, provenance: Provenance,
-         out: str | os.PathLike, map_type: str = "f16", defaults: Defaults = Defaults()) -> Path:
-    """The augmented GGUF: every key and tensor of `base`, byte for byte, plus the maps and their metadata."""
-    reader, extra = _checked(Path(base), maps, identity, Path(out), map_type, defaults)
+         out: str | os.PathLike, map_type: str = "f16", defaults: Defaults = Defaults(), kind: str = "input") -> Path:
+    """The augmented GGUF: every key and tensor of `base`, byte for byte, plus the maps and their metadata.
+    `kind`: the per-layer input maps, or ("kv") the split layer's K/V maps in their place (maps.kv)."""
+    reader, extra = _checked(Path(base), maps, identity, Path(out), map_type, defaults, kind)
     return copy_gguf(reader, out, add_keys=lambda w: _add_metadata(w, maps, identity, provenance, defaults),
                      extra_tensors=extra)
 
 
 def write_maps(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, provenance: Provenance,
-               out: str | os.PathLike, map_type: str = "f16", defaults: Defaults = Defaults()) -> Path:
+               out: str | os.PathLike, map_type: str = "f16", defaults: Defaults = Defaults(), kind: str = "input") -> Path:
     """A maps file: the maps and their metadata alone, in a GGUF of llama.cpp's adapter type (general.type =
     adapter, adapter.type = ridgefill) that records the base they were fitted for; the fork loads it beside an
-    unchanged base (--ridgefill-maps, Model(maps=...)) and refuses it beside another model."""
-    reader, extra = _checked(Path(base), maps, identity, Path(out), map_type, defaults)
+    unchanged base (--ridgefill-maps, Model(maps=...)) and refuses it beside another model. `kind` as in pack."""
+    reader, extra = _checked(Path(base), maps, identity, Path(out), map_type, defaults, kind)
 
     def add_keys(writer: gguf.GGUFWriter) -> None:
         add_maps_file_header(writer, reader, identity)
@@ -65,10 +67,14 @@ def write_maps(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, pro
 
 
 def _checked(base: Path, maps: Maps, identity: ModelIdentity, out: Path, map_type: str,
-             defaults: Defaults) -> tuple[gguf.GGUFReader, list[tuple[str, np.ndarray]]]:
+             defaults: Defaults, kind: str = "input") -> tuple[gguf.GGUFReader, list[tuple[str, np.ndarray]]]:
     """The base's reader and the maps' tensors, once the maps, the defaults and the base agree."""
     if map_type not in MAP_TYPES:
         raise PackError(f"map type must be one of {', '.join(MAP_TYPES)}, not {map_type!r}")
+    if kind not in MAP_KINDS:
+        raise PackError(f"maps kind must be one of {', '.join(MAP_KINDS)}, not {kind!r}")
+    if kind == "kv":
+        _check_kv(maps, identity.n_embd)
     if out.resolve() == base.resolve() or (out.exists() and out.samefile(base)):
         raise PackError(f"refusing to write over its base {base}")
     reader = open_gguf(base)
@@ -79,11 +85,8 @@ def _checked(base: Path, maps: Maps, identity: ModelIdentity, out: Path, map_typ
     if bad:
         raise PackError(f"maps were fitted for a different model than {base}: " + "; ".join(bad))
     d = identity.n_embd
-    if maps.weights.shape != (len(maps.layers), d, d) or maps.biases.shape != (len(maps.layers), d):
-        raise PackError(f"map shapes {maps.weights.shape}/{maps.biases.shape} do not fit n_embd={d}")
-    if maps.weights_prev is not None and maps.weights_prev.shape != maps.weights.shape:
-        raise PackError(f"previous-row map shape {maps.weights_prev.shape} does not fit n_embd={d}")
-    _check_window(maps, d)
+    if kind == "input":
+        _check_input(maps, d)
     if maps.layers != list(range(maps.split + 1, identity.n_layer)):
         raise PackError(f"maps cover layers {maps.layers}, expected {maps.split + 1}..{identity.n_layer - 1}")
 
@@ -95,7 +98,45 @@ def _checked(base: Path, maps: Maps, identity: ModelIdentity, out: Path, map_typ
         raise PackError(f"default route fraction {defaults.route_fraction} out of range [0, 1]")
     if defaults.route_fraction > 0 and maps.route is None:
         raise PackError("a default route fraction needs routing statistics, and these maps have none (refit them)")
-    return reader, _tensors(maps, map_type, d)
+    extra = _tensors(maps, map_type, d) if kind == "input" else _kv_tensors(maps, map_type)
+    return reader, extra + _route_tensors(maps, d)
+
+
+def _check_input(maps: Maps, d: int) -> None:
+    if maps.weights.shape != (len(maps.layers), d, d) or maps.biases.shape != (len(maps.layers), d):
+        raise PackError(f"map shapes {maps.weights.shape}/{maps.biases.shape} do not fit n_embd={d}")
+    if maps.weights_prev is not None and maps.weights_prev.shape != maps.weights.shape:
+        raise PackError(f"previous-row map shape {maps.weights_prev.shape} does not fit n_embd={d}")
+    _check_window(maps, d)
+
+
+def _check_kv(maps: Maps, d: int) -> None:
+    kv = maps.kv
+    if kv is None:
+        raise PackError("K/V maps were asked for, and these maps have none (fit them with --kv)")
+    if maps.window is not None:
+        raise PackError("K/V maps replace the input maps, and window maps are input maps: one kind a file")
+    if kv.layers != maps.layers:
+        raise PackError(f"K/V maps cover layers {kv.layers}, expected every late layer {maps.layers}")
+    rows = kv.weights.shape[1]
+    if kv.weights.shape != (len(kv.layers), rows, d) or kv.biases.shape != (len(kv.layers), rows):
+        raise PackError(f"K/V map shapes {kv.weights.shape}/{kv.biases.shape} do not fit n_embd={d}")
+    if kv.weights_prev is not None and kv.weights_prev.shape != kv.weights.shape:
+        raise PackError(f"previous-row K/V map shape {kv.weights_prev.shape}, expected {kv.weights.shape}")
+    parts = [kv.weights, kv.biases] + ([] if kv.weights_prev is None else [kv.weights_prev])
+    if not all(np.isfinite(p).all() for p in parts):
+        raise PackError("K/V maps hold a non-finite value")
+
+
+def _kv_tensors(maps: Maps, map_type: str) -> list[tuple[str, np.ndarray]]:
+    """The split layer's K/V maps, every layer's rows stacked in layer order (one product a fill ubatch)."""
+    kv, t = maps.kv, MAP_TYPES[map_type]
+    stack = lambda a: np.ascontiguousarray(np.concatenate(list(a)).astype(t))
+    out = [(KV_WEIGHT.format(maps.split), stack(kv.weights)),
+           (KV_BIAS.format(maps.split), np.ascontiguousarray(kv.biases.reshape(-1).astype(np.float32)))]
+    if kv.weights_prev is not None:
+        out.append((KV_PREV.format(maps.split), stack(kv.weights_prev)))
+    return out
 
 
 def _tensors(maps: Maps, map_type: str, d: int) -> list[tuple[str, np.ndarray]]:
@@ -110,6 +151,11 @@ def _tensors(maps: Maps, map_type: str, d: int) -> list[tuple[str, np.ndarray]]:
             extra.append((MAP_WINDOW.format(layer), np.ascontiguousarray(maps.win(j).astype(MAP_TYPES[map_type]))))
     if maps.window is not None:
         extra.append((WINDOW.format(maps.split), np.ascontiguousarray(maps.window.astype(MAP_TYPES[map_type]))))
+    return extra
+
+
+def _route_tensors(maps: Maps, d: int) -> list[tuple[str, np.ndarray]]:
+    extra = []
     if maps.route is not None:
         maps.route.check(d)
         extra.append((ROUTE_MEAN.format(maps.split), np.ascontiguousarray(maps.route.mean, np.float32)))
@@ -161,6 +207,12 @@ def _add_metadata(writer, maps: Maps, identity: ModelIdentity, provenance: Prove
     writer.add_array(HELDOUT_R2, [float(f.r2_ridge) for f in maps.fits])
     writer.add_array(HELDOUT_R2_IDENTITY, [float(f.r2_identity) for f in maps.fits])
     writer.add_array(IDENTITY_BLEND, [float(f.blend) for f in maps.fits])
+    k_err = [f.k_err_lag if f.lag else f.k_err_row for f in maps.fits]
+    if all(e is not None for e in k_err):
+        writer.add_array(K_ERR, [float(e) for e in k_err])
+    if maps.kv is not None and all(f.k_err is not None and f.v_err is not None for f in maps.kv.fits):
+        writer.add_array(KV_K_ERR, [float(f.k_err) for f in maps.kv.fits])
+        writer.add_array(KV_V_ERR, [float(f.v_err) for f in maps.kv.fits])
     writer.add_uint64(CALIB_TOKENS, int(provenance.n_tokens))
     writer.add_string(CORPUS_HASH, provenance.corpus_hash)
     writer.add_string(BASE_SHA256, identity.base_sha256)
