@@ -170,7 +170,7 @@ def _kv_rows(reader, split: int, n_layer: int) -> int | None:
     if field(reader, gguf.Keys.General.TYPE) == gguf.GGUFType.ADAPTER:
         return None
     arch = field(reader, "general.architecture")
-    get = lambda k, default=None: field(reader, f"{arch}.{k}") if field(reader, f"{arch}.{k}") is not None else default
+    get = lambda k, default=None: next((v for v in (field(reader, f"{arch}.{k}"),) if v is not None), default)
     n_head = get("attention.head_count")
     kv_heads = get("attention.head_count_kv", n_head)
     heads = lambda l: kv_heads[l] if isinstance(kv_heads, list) else kv_heads

@@ -131,7 +131,7 @@ def _check_kv(maps: Maps, d: int) -> None:
 def _kv_tensors(maps: Maps, map_type: str) -> list[tuple[str, np.ndarray]]:
     """The split layer's K/V maps, every layer's rows stacked in layer order (one product a fill ubatch)."""
     kv, t = maps.kv, MAP_TYPES[map_type]
-    stack = lambda a: np.ascontiguousarray(np.concatenate(list(a)).astype(t))
+    stack = lambda a: np.ascontiguousarray(a.reshape(-1, a.shape[-1]).astype(t))
     out = [(KV_WEIGHT.format(maps.split), stack(kv.weights)),
            (KV_BIAS.format(maps.split), np.ascontiguousarray(kv.biases.reshape(-1).astype(np.float32)))]
     if kv.weights_prev is not None:
