@@ -16,21 +16,15 @@ for an input map, its norm and projections.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from ..errors import InputError
 from ..format.maps import KVFit, KVMaps
 from .heldout import heldout_sst
 from .ridge import DEFAULT_GRID, DEFAULT_LAG_GAIN, Candidate, MapKind
-from .stats import CalibrationStats, Moments
-
-
-def _summed(a: Moments, b: Moments) -> Moments:
-    """The moments of both row sets (the fields a ridge solve reads)."""
-    m = Moments.__new__(Moments)
-    m.n, m.sum_x, m.xtx = a.n + b.n, a.sum_x + b.sum_x, a.xtx + b.xtx
-    m.sum_y, m.xty, m.yy, m.yyt = a.sum_y + b.sum_y, a.xty + b.xty, a.yy + b.yy, None
-    return m
+from .stats import CalibrationStats
 
 
 def fit_kv(stats: CalibrationStats, grid=DEFAULT_GRID, lag_gain: float | None = DEFAULT_LAG_GAIN) -> KVMaps:
@@ -40,7 +34,8 @@ def fit_kv(stats: CalibrationStats, grid=DEFAULT_GRID, lag_gain: float | None = 
     stats.check_finite()
     kv, d = stats.kv, stats.identity.n_embd
     tr, ho = kv.train.with_x(stats.train), kv.heldout.with_x(stats.heldout)
-    final = _summed(tr, ho)
+    final = copy.deepcopy(tr)
+    final += ho
     row = MapKind(tr, ho, final, d)
     lag = MapKind(tr, ho, final, 2 * d) if lag_gain is not None and tr.d >= 2 * d else None
     fit = lambda kind, j: kind.layer(j, grid, blend=False)
