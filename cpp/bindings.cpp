@@ -470,6 +470,37 @@ class Context {
 
     int64_t routed_count() const { return llama_rf_get_counts(ctx_, -1).n_routed; }
 
+    // selected rows: the share q in [0, 1] of a prompt's filled rows that its last n_probe rows select
+    void set_select(float q, int32_t n_probe) {
+        clear_log_tail();
+        if (llama_rf_set_select(ctx_, q, n_probe) != 0) {
+            std::string why = take_log_tail();
+            throw py::value_error("cannot select " + std::to_string(q) + " of the filled rows with a probe of " +
+                                  std::to_string(n_probe) + " rows: " + (why.empty() ? "rejected by llama.cpp" : why));
+        }
+    }
+
+    float select() const { return llama_rf_get_select(ctx_); }
+
+    int32_t probe() const { return llama_rf_get_probe(ctx_); }
+
+    int64_t selected_count() const { return llama_rf_get_counts(ctx_, -1).n_selected; }
+
+    // the last probe's scores over its sequence's positions, and the positions it selected
+    f32_array select_scores() const {
+        const int32_t n = llama_rf_select_scores(ctx_, nullptr, 0);
+        f32_array out(n);
+        llama_rf_select_scores(ctx_, out.mutable_data(), n);
+        return out;
+    }
+
+    py::array_t<int32_t> selected_rows() const {
+        const int32_t n = llama_rf_select_rows(ctx_, nullptr, 0);
+        py::array_t<int32_t> out(n);
+        llama_rf_select_rows(ctx_, out.mutable_data(), n);
+        return out;
+    }
+
     void set_fill_range(int32_t seq_id, int32_t p0, int32_t p1) {
         if (llama_rf_set_range(ctx_, seq_id, p0, p1) != 0) {
             throw py::value_error("invalid fill range for seq_id " + std::to_string(seq_id));
@@ -678,6 +709,12 @@ PYBIND11_MODULE(_core, m) {
         .def("set_route", &Context::set_route, py::arg("p"))
         .def_property_readonly("route", &Context::route)
         .def_property_readonly("routed_count", &Context::routed_count)
+        .def("set_select", &Context::set_select, py::arg("q"), py::arg("n_probe"))
+        .def_property_readonly("select", &Context::select)
+        .def_property_readonly("probe", &Context::probe)
+        .def_property_readonly("selected_count", &Context::selected_count)
+        .def("select_scores", &Context::select_scores)
+        .def("selected_rows", &Context::selected_rows)
         .def("fill_counts", &Context::fill_counts)
         .def("reset_fill_counts", &Context::reset_fill_counts)
         .def("state_get", &Context::state_get, py::arg("layer"), py::arg("part"), py::arg("seq_id") = 0,

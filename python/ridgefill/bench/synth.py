@@ -158,7 +158,8 @@ def random_model(shape: str, out: str | os.PathLike, tokenizer_from: str | os.Pa
     if shape not in SHAPES:
         raise InputError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     sh = SHAPES[shape]
-    qtype = {"f16": gguf.GGMLQuantizationType.F16, "q8_0": gguf.GGMLQuantizationType.Q8_0,
+    qtype = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
+             "q8_0": gguf.GGMLQuantizationType.Q8_0,
              "q4_0": gguf.GGMLQuantizationType.Q4_0}[weight_type]
     src = open_gguf(tokenizer_from)
     rng = np.random.default_rng(seed)
@@ -279,10 +280,10 @@ def _write_random(gguf, path, name, sh: Shape, n_ctx, src, tensors, qtype):
         if _F32_TENSORS.match(name):
             writer.add_tensor(name, arr)
             continue
+        plain = {gguf.GGMLQuantizationType.F16: np.float16, gguf.GGMLQuantizationType.F32: np.float32}.get(qtype)
         if arr.ndim >= 2 and id(arr) not in encoded:
-            q = qtype != gguf.GGMLQuantizationType.F16
-            encoded[id(arr)] = gguf.quants.quantize(arr, qtype) if q else arr.astype(np.float16)
-        if arr.ndim >= 2 and qtype != gguf.GGMLQuantizationType.F16:
+            encoded[id(arr)] = arr.astype(plain) if plain else gguf.quants.quantize(arr, qtype)
+        if arr.ndim >= 2 and not plain:
             writer.add_tensor(name, encoded[id(arr)], raw_dtype=qtype)
         else:
             writer.add_tensor(name, encoded.get(id(arr), arr))

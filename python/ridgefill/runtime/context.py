@@ -117,6 +117,27 @@ class Context(SplitPrefill):
     route = property(lambda self: self._c.route)
     routed_count = property(lambda self: self._c.routed_count)  # routed rows since the last reset_fill_counts
 
+    def set_select(self, q: float, probe: int = 64) -> None:
+        """Selected rows for later prompts: the prompt's last `probe` rows (up to its output) score every
+        filled row by their attention at the exact layers; the top ceil(q·n) of the n filled rows run every
+        layer from the split on in full, then the probe rows run again (docs/fill-semantics.md). 0 selects none."""
+        try:
+            self._c.set_select(float(q), int(probe))
+        except ValueError as err:
+            raise InputError(str(err)) from None
+
+    select = property(lambda self: self._c.select)
+    probe = property(lambda self: self._c.probe)
+    selected_count = property(lambda self: self._c.selected_count)  # selected rows since the last reset_fill_counts
+
+    def select_scores(self) -> np.ndarray:
+        """The last probe's scores over its sequence's positions (largest over the probe layers, not pooled)."""
+        return self._c.select_scores()
+
+    def selected_rows(self) -> np.ndarray:
+        """The positions the last probe selected, ascending."""
+        return self._c.selected_rows()
+
     def token_logprobs(self, targets) -> np.ndarray:
         """log p(targets[i]) under output row i of the last decode call (float64)."""
         return self._c.token_logprobs(np.asarray(targets, dtype=np.int32))

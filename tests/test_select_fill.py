@@ -1,0 +1,208 @@
+"""Selected rows in the fork (llama_rf_set_select): the prompt's last rows score the filled rows by their
+attention at the exact layers, and the rows they pick run the late layers in full before the probe runs again.
+
+References, all exact computation:
+- q = 0 is the plain fill, bit for bit (cache and logits);
+- q = 1 with a tail no longer than the probe selects every filled row: cache and logits equal an exact
+  prefill cut into the same ubatches, in every dense branch (llama, qwen2, qwen3, qwen3moe);
+- the probe's scores equal numpy's (fit.attention.attention_paid over the captured layer inputs, the largest
+  over the layers up to the split), and the rows it selects are numpy's top rows of the pooled scores
+  (evals/select.py, the splice the fork implements);
+- the selected rows' late K/V and the probe's logits equal the full model over a cache of filled and exact
+  rows: the prompt decoded as fill segments with each selected row exact between them;
+- a planted needle's rows are selected;
+- fractions and probes out of range, and memories selection cannot serve, are refused.
+"""
+
+import numpy as np
+import pytest
+
+from ridgefill.errors import InputError
+from ridgefill.evals.select import pooled, top_rows
+from ridgefill.fit.attention import attention_layers, attention_paid
+
+pytestmark = pytest.mark.slow
+
+SPLIT, N, SINKS, TAIL, PROBE, UBATCH = 20, 200, 8, 16, 16, 256
+POOL = ("max", 63)  # LLAMA_RF_SELECT_POOL
+
+
+def _ctx(model, capture=(), ubatch=UBATCH):
+    return model.context(n_ctx=1024, n_batch=UBATCH, n_ubatch=ubatch, threads=2, flash_attn="on", kv_type="f32",
+                         capture=capture)
+
+
+def _cache(ctx, n_layer, n=N):
+    return {(il, part): ctx.state_get(il, part, 0, n) for il in range(n_layer) for part in ("k", "v")}
+
+
+def _select(model, toks, q, split=SPLIT, probe=PROBE, tail=TAIL, ubatch=UBATCH):
+    ctx = _ctx(model, ubatch=ubatch)
+    ctx.set_fill("identity", split)
+    ctx.set_select(q, probe)
+    res = ctx.prefill(toks, sinks=SINKS, tail=tail)
+    return ctx, res
+
+
+@pytest.fixture(scope="module")
+def prompt(smollm2, sample_text):
+    return np.asarray(smollm2.tokenize(sample_text)[:N], np.int32)
+
+
+def test_q0_is_the_plain_fill_bit_for_bit(smollm2, prompt):
+    plain, res0 = _select(smollm2, prompt, 0.0)
+    ctx, res = _select(smollm2, prompt, 0.0)
+    assert ctx.selected_count == 0 and len(ctx.selected_rows()) == 0 and res.n_filled == N - SINKS - TAIL
+    np.testing.assert_array_equal(res.logits, res0.logits)
+    want = _cache(plain, smollm2.n_layer)
+    for key, rows in _cache(ctx, smollm2.n_layer).items():
+        np.testing.assert_array_equal(rows, want[key], err_msg=str(key))
+
+
+def _exact_same_cuts(model, toks, tail=TAIL, ubatch=UBATCH):
+    """Exact prefill in the ubatches a selecting fill runs: sinks, the fill range, the tail (= the probe)."""
+    ctx = _ctx(model, ubatch=ubatch)
+    ctx.set_fill("exact")
+    n = len(toks)
+    ctx.decode(toks[:SINKS], 0, outputs="none")
+    ctx.decode(toks[SINKS : n - tail], SINKS, outputs="none")
+    ctx.decode(toks[n - tail :], n - tail, outputs="last")
+    return ctx, ctx.logits()[0]
+
+
+def test_q1_selects_every_filled_row_and_equals_exact(smollm2, prompt):
+    ctx, res = _select(smollm2, prompt, 1.0)
+    assert ctx.selected_count == ctx.routed_count == res.n_filled == N - SINKS - TAIL
+    np.testing.assert_array_equal(ctx.selected_rows(), np.arange(SINKS, N - TAIL))
+    ref, logits = _exact_same_cuts(smollm2, prompt)
+    want = _cache(ref, smollm2.n_layer)
+    for key, rows in _cache(ctx, smollm2.n_layer).items():
+        np.testing.assert_allclose(rows, want[key], rtol=1e-5, atol=1e-5, err_msg=str(key))
+    np.testing.assert_allclose(res.logits, logits, rtol=1e-4, atol=1e-4)
+    plain, _ = _select(smollm2, prompt, 0.0)
+    assert np.abs(plain.logits() - logits).max() > 1.0  # identity fill at 20 of 30 is far from exact
+
+
+@pytest.mark.parametrize("shape", ["tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe"])
+def test_q1_equals_exact_in_every_dense_branch(shape, shared_models, sample_text, smollm2):
+    from ridgefill.runtime import Model
+
+    model = Model(shared_models.base(shape))
+    toks = np.asarray(smollm2.tokenize(sample_text)[:N], np.int32) % model.n_vocab
+    split = model.n_layer // 2
+    ctx, res = _select(model, toks, 1.0, split=split, ubatch=64)
+    assert ctx.selected_count == res.n_filled > 0
+    ref, logits = _exact_same_cuts(model, toks, ubatch=64)
+    want = _cache(ref, model.n_layer)
+    for key, rows in _cache(ctx, model.n_layer).items():
+        np.testing.assert_allclose(rows, want[key], rtol=1e-4, atol=1e-4, err_msg=f"{shape} {key}")
+    np.testing.assert_allclose(res.logits, logits, rtol=1e-3, atol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def f32_model(tmp_path_factory, smollm2_path):
+    """A random tiny qwen3 (q/k norms, NEOX RoPE) in f32, so that ggml's products round as numpy's do."""
+    from ridgefill.bench import synth
+    from ridgefill.runtime import Model
+
+    return Model(synth.random_model("tiny-qwen3", tmp_path_factory.mktemp("f32") / "tiny-qwen3-f32.gguf",
+                                    smollm2_path, seed=3, weight_type="f32", n_ctx=4096))
+
+
+def test_scores_and_picks_equal_numpys(f32_model, prompt):
+    """numpy: the largest share of attention the last PROBE rows pay each row at any layer up to the split,
+    from the exact layer inputs; then evals/select.py's pooling and top rows."""
+    model, q, split = f32_model, 0.25, 2
+    toks = prompt % model.n_vocab
+    cap = _ctx(model, capture=range(split + 1))
+    cap.decode(toks, 0, outputs="last")
+    layers = attention_layers(model.path, list(range(split + 1)))
+    want = np.max([attention_paid(layers[il], cap.layer_input(il), PROBE) for il in layers], axis=0)
+
+    ctx, _ = _select(model, toks, q, split=split)
+    got = ctx.select_scores()
+    assert got.shape == (N,) and len(layers) == split + 1
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-6)
+    n_sel = int(np.ceil(q * (N - SINKS - TAIL)))
+    rows, pool = ctx.selected_rows(), pooled(want.astype(np.float64), POOL)
+    top = top_rows(pool, SINKS, N - TAIL, n_sel)
+    assert ctx.selected_count == len(rows) == n_sel
+    # the same rows, but for rows tied with the last one taken within the scores' rounding
+    cut = pool[top].min()
+    assert all(abs(pool[r] - cut) <= 1e-3 * cut for r in np.setxor1d(rows, top)), (rows, top)
+
+
+def test_selected_rows_and_probe_run_the_full_model_over_the_filled_cache(smollm2, prompt):
+    """The reference decodes the prompt as [sinks, exact] + fill segments with each selected row exact between
+    them + [probe, exact]: every selected row attends over the filled rows and the selected rows before it, as the
+    fork's pass does. Its lower layers are cut into other ubatches, whose kernels round differently, so the late
+    rows are held to a tenth of the plain fill's error."""
+    ctx, res = _select(smollm2, prompt, 0.25)
+    rows = ctx.selected_rows()
+    assert 0 < len(rows) and np.any(np.diff(rows) > 1)  # scattered, not one block
+    got = _cache(ctx, smollm2.n_layer)
+    plain, plain_res = _select(smollm2, prompt, 0.0)
+    filled = _cache(plain, smollm2.n_layer)
+
+    ref = _ctx(smollm2)
+    ref.set_fill("identity", SPLIT)
+    ref.decode(prompt[:SINKS], 0, outputs="none")
+    cuts = sorted({SINKS, N - TAIL} | set(rows.tolist()) | set((rows + 1).tolist()))
+    for lo, hi in zip(cuts, cuts[1:]):
+        ref.set_fill_range(0, lo, lo if lo in set(rows.tolist()) else hi)
+        ref.decode(prompt[lo:hi], lo, outputs="none")
+    ref.set_fill_range(0, 0, 0)
+    ref.decode(prompt[N - TAIL :], N - TAIL, outputs="last")
+    want = _cache(ref, smollm2.n_layer)
+
+    others = np.setdiff1d(np.arange(SINKS, N - TAIL), rows)
+    for (il, part), r in got.items():
+        if il <= SPLIT:
+            continue
+        np.testing.assert_array_equal(r[others], filled[(il, part)][others], err_msg=f"{il} {part}")
+        err_sel = np.abs(r[rows] - want[(il, part)][rows]).max()
+        err_fill = np.abs(filled[(il, part)][rows] - want[(il, part)][rows]).max()
+        assert err_sel < 0.1 * err_fill, (il, part, err_sel, err_fill)
+    err_sel = np.abs(res.logits - ref.logits()[0]).max()
+    err_fill = np.abs(plain_res.logits - ref.logits()[0]).max()
+    assert err_sel < 0.1 * err_fill, (err_sel, err_fill)
+
+
+def test_a_planted_needles_rows_are_selected(smollm2, sample_text):
+    filler = smollm2.tokenize(sample_text)
+    needle = smollm2.tokenize(" The secret passphrase is purple-falcon-42. Remember it.", add_special=False)
+    question = smollm2.tokenize(" Question: what is the secret passphrase? Answer: The secret passphrase is",
+                                add_special=False)
+    n_fill = 600
+    at = 300
+    toks = np.concatenate([filler[:at], needle, filler[at:n_fill], question]).astype(np.int32)
+    model_ctx = smollm2.context(n_ctx=2048, n_batch=512, n_ubatch=512, threads=2, flash_attn="on", kv_type="f32")
+    model_ctx.set_fill("identity", SPLIT)
+    model_ctx.set_select(0.25, 64)  # the sinks' and the text's own hot rows take 63-row windows too
+    model_ctx.prefill(toks, sinks=4, tail=len(question))
+    rows = set(model_ctx.selected_rows().tolist())
+    planted = set(range(at, at + len(needle)))
+    assert planted <= rows, sorted(planted - rows)
+
+
+def test_bad_values_are_refused(smollm2):
+    ctx = _ctx(smollm2)
+    for q, probe in ((-0.1, 16), (1.5, 16), (float("nan"), 16), (0.1, 0), (0.1, UBATCH + 1)):
+        with pytest.raises(InputError):
+            ctx.set_select(q, probe)
+    assert ctx.select == 0.0 and ctx.probe == 64
+    ctx.set_select(0.1, 32)
+    assert ctx.select == pytest.approx(0.1) and ctx.probe == 32
+
+
+def test_sliding_window_and_recurrent_memories_are_refused(gemma3_or_hybrid):
+    ctx = gemma3_or_hybrid.context(n_ctx=512, n_batch=64, n_ubatch=64, threads=2, kv_type="f32")
+    with pytest.raises(InputError, match="selection is not supported"):
+        ctx.set_select(0.1, 16)
+
+
+@pytest.fixture(params=["gemma3-270m", "tiny-qwen35"])
+def gemma3_or_hybrid(request, shared_models):
+    from ridgefill.runtime import Model
+
+    return Model(shared_models.base(request.param))
