@@ -206,3 +206,75 @@ def gemma3_or_hybrid(request, shared_models):
     from ridgefill.runtime import Model
 
     return Model(shared_models.base(request.param))
+
+
+# ---- llama-server and llama-bench ---------------------------------------------------------
+
+SRV_ARGS = ["-b", "256", "-ub", "64", "-fa", "on", "--ridgefill", "identity", "--ridgefill-split", str(SPLIT),
+            "--ridgefill-sink", "64", "--ridgefill-tail", "24"]
+SRV_N = 600  # fill rows [64, 576)
+
+
+def _complete(srv, tokens, **extra):
+    body = {"prompt": [int(t) for t in tokens], "n_predict": 4, "temperature": 0.0, "cache_prompt": True, **extra}
+    return srv.post("/completion", body)
+
+
+def test_server_selects_per_request_and_keys_the_cache_on_it(smollm2, smollm2_path, sample_text):
+    """The server's rows equal the bindings' (the same fill and selection, one prompt in 256-row batches), a request
+    changes q without reusing a cache filled under another, and bad values get a 400."""
+    from ridgefill.serve.server import LlamaServer, ServerError
+
+    toks = smollm2.tokenize(sample_text)[:SRV_N]
+    n_fill = SRV_N - 64 - 24
+    with LlamaServer(smollm2_path, SRV_ARGS + ["--ridgefill-probe", "24"], ctx=1024, threads=2) as srv:
+        plain = _complete(srv, toks)["timings"]
+        assert plain["ridgefill_filled_n"] == n_fill and plain["ridgefill_selected_n"] == 0
+        sel = _complete(srv, toks, ridgefill_select=0.1)["timings"]
+        assert sel["cache_n"] == 0  # KV filled without selection is not reused
+        assert sel["ridgefill_filled_n"] == n_fill and sel["ridgefill_selected_n"] == int(np.ceil(0.1 * n_fill))
+        assert sel["ridgefill_routed_n"] == sel["ridgefill_selected_n"]
+        again = _complete(srv, toks, ridgefill_select=0.1)["timings"]
+        assert again["cache_n"] > 0
+        other = _complete(srv, toks, ridgefill_select=0.25)["timings"]
+        assert other["cache_n"] == 0 and other["ridgefill_selected_n"] == int(np.ceil(0.25 * n_fill))
+        for bad in (-0.5, 1.5, "0.1", [0.1], True, {"q": 1}):
+            with pytest.raises(ServerError) as err:
+                _complete(srv, toks, ridgefill_select=bad)
+            assert err.value.status == 400, bad
+        assert srv.alive()
+
+
+def test_server_refuses_a_probe_larger_than_a_ubatch(smollm2_path, tmp_path):
+    from ridgefill.serve.server import LlamaServer, ServerError
+
+    log = tmp_path / "srv.log"
+    srv = LlamaServer(smollm2_path, SRV_ARGS + ["--ridgefill-select", "0.1", "--ridgefill-probe", "65"], ctx=1024,
+                      threads=2, log=log)
+    with pytest.raises(ServerError, match="exited"):
+        srv.start()
+    assert "must fit a ubatch" in log.read_text()
+
+
+def test_llama_bench_reports_selected_rows(smollm2_path):
+    import json
+    import subprocess
+
+    from conftest import tool
+
+    bench = [str(tool("llama-bench")), "-m", str(smollm2_path), "-p", "512", "-n", "0", "-r", "1", "-t", "2",
+             "-b", "256", "-ub", "64", "--ridgefill", "identity", "--ridgefill-split", str(SPLIT),
+             "--ridgefill-sink", "64", "--ridgefill-tail", "64"]
+    run = subprocess.run([*bench, "--ridgefill-select", "0,0.1", "--ridgefill-probe", "32", "-o", "json"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = sorted(json.loads(run.stdout), key=lambda r: r["ridgefill_select"])
+    assert [r["ridgefill_selected_n"] for r in rows] == [0, int(np.ceil(0.1 * 384))]
+    assert all(r["ridgefill_filled_n"] == 384 and r["ridgefill_probe"] == 32 for r in rows)
+    for bad, why in ((["--ridgefill-select", "2"], "selected share"), (["--ridgefill-probe", "0"], "at least one"),
+                     (["--ridgefill-select", "0.1", "--ridgefill-probe", "65"], "fit a ubatch")):
+        out = subprocess.run([*bench, *bad, "-o", "json"], capture_output=True, text=True, timeout=120)
+        assert out.returncode != 0 and why in out.stderr, (bad, out.stderr[-500:])
+    exact = subprocess.run([*bench[:-8], "--ridgefill-select", "0.1", "-o", "json"], capture_output=True, text=True,
+                           timeout=120)
+    assert exact.returncode != 0 and "fills none" in exact.stderr

@@ -52,15 +52,17 @@ def run_head(ctx: Context, tokens, sinks: int, tail: int, seq_id: int = 0, hook:
     if len(tokens) > ctx.n_ctx:
         raise InputError(f"{len(tokens)} tokens do not fit n_ctx={ctx.n_ctx}")
     key = HEADS.key_of(ctx, tokens, sinks, tail, seq_id)
-    kept = HEADS.restore(ctx, key) if HEADS.usable(ctx) else None
+    # a selecting fill keeps its filled rows' split states for the tail's probe: its head is decoded, not restored
+    selecting = ctx.select > 0
+    kept = HEADS.restore(ctx, key) if HEADS.usable(ctx) and not selecting else None
     if kept is not None:
         head = Head(ctx, tokens, kept.stop, kept.fill_range, kept.n_filled, kept.n_full, seq_id, evidence)
     else:
         HEADS.forget(ctx)
         ctx.seq_rm(seq_id)
-        res = ctx.prefill_head(tokens, sinks=sinks, tail=tail, seq_id=seq_id)
+        res = ctx.prefill_head(tokens, sinks=sinks, tail=tail, seq_id=seq_id, keep_range=selecting)
         head = Head(ctx, tokens, res.n_tokens, res.fill_range, res.n_filled, res.n_full, seq_id, evidence)
-        if HEADS.usable(ctx) and head.stop > 0:
+        if HEADS.usable(ctx) and head.stop > 0 and not selecting:
             HEADS.keep(ctx, key, head.stop, head.fill_range, head.n_filled, head.n_full)
     if hook is not None:
         hook(head)

@@ -7,11 +7,16 @@ One context per model, reused for every item; the fill mode is set per measureme
 A routed variant, `ridge@P` or `identity@P` (P percent), routes that share of each fill
 ubatch's rows through the full late layers (route.py); it needs the routing statistics stored
 with the maps at s, so both modes run on that model.
+
+A selecting variant, `ridge-fork-select{Q}[-P{rows}]` (or `identity-...`), has the fork select Q % of the
+filled rows by the attention of the prompt's last rows (default 64) before the first output
+(Context.set_select): what the splice `ridge-select{Q}-Lall-max63-after` (select.py) measures, built.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -30,6 +35,8 @@ class Variant:
     hook: Hook | None = None
     all_layers: bool = False  # fill at split = n_layer: exact values, the fill run's batches
     route: float = 0.0  # share of each fill ubatch routed through the full late layers
+    select: float = 0.0  # share of the filled rows the fork's probe selects
+    probe: int = 64  # the prompt's last rows that select them
 
     @property
     def split_free(self) -> bool:
@@ -78,6 +85,20 @@ def routed(name: str) -> Variant:
     return Variant(mode_name(mode, share), mode, route=share)
 
 
+_FORK_SELECT = re.compile(r"^(ridge|identity)-fork-select(\d+(?:\.\d+)?)(?:-P(\d+))?$")
+
+
+def fork_selected(name: str) -> Variant | None:
+    """`ridge-fork-select10[-P64]`: ridge with the fork selecting 10 % of the filled rows by a 64-row probe."""
+    m = _FORK_SELECT.match(name)
+    if m is None:
+        return None
+    share, probe = float(m.group(2)) / 100, int(m.group(3) or 64)
+    if not 0 < share <= 1 or probe < 1:
+        raise InputError(f"{name}: the selected share must be a percentage in (0, 100] and the probe at least one row")
+    return register(Variant(name, m.group(1), select=share, probe=probe))
+
+
 def variants_named(names: Sequence[str]) -> tuple[Variant, ...]:
     for n in names:
         if "@" in n:
@@ -85,7 +106,7 @@ def variants_named(names: Sequence[str]) -> tuple[Variant, ...]:
     if any(n not in REGISTRY for n in names):
         _load_plugins()
     for n in names:
-        for parse in PARSERS:
+        for parse in (fork_selected, *PARSERS):
             if n not in REGISTRY:
                 parse(n)
     bad = [n for n in names if n not in REGISTRY]
@@ -141,9 +162,12 @@ class Session:
         if variant.all_layers:
             split = model.n_layer
         ctx.set_route(0.0)  # contexts are shared by variants: no fraction carries over
+        ctx.set_select(0.0, min(variant.probe, ctx.n_ubatch))
         ctx.set_fill(variant.mode, None if variant.mode == "exact" else split)
         if variant.route > 0:
             ctx.set_route(variant.route)
+        if variant.select > 0:
+            ctx.set_select(variant.select, variant.probe)
         return ctx
 
     def fingerprint(self, variant: Variant, split: int | None) -> str:

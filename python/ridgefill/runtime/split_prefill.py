@@ -84,11 +84,13 @@ class SplitPrefill:
         return res
 
     def prefill_head(self, tokens, *, sinks: int | None = None, tail: int | None = None, pos0: int = 0,
-                     seq_id: int = 0, on_chunk: Callable | None = None) -> PrefillResult:
+                     seq_id: int = 0, on_chunk: Callable | None = None, keep_range: bool = False) -> PrefillResult:
         """The first phase of a split prefill: rows [0, N-T) with no outputs, rows [k, N-T) filled.
 
         The rest of the prompt (the tail, from row head.n_tokens on) is for the caller to
         decode, e.g. with token_logprobs() outputs, after reading or splicing the cache.
+        `keep_range`: the fill range stays set after the head, so that the tail's output call runs the
+        selection probe (set_select) over the rows the head filled; the next prefill sets it anew.
         """
         tokens = np.asarray(tokens, dtype=np.int32)
         if tokens.ndim != 1 or len(tokens) == 0:
@@ -100,7 +102,7 @@ class SplitPrefill:
             self.reset_fill_counts()
             res = PrefillResult(0, 0.0, np.empty(0, np.float32), [])
         else:
-            with self._filling(seq_id, rng):
+            with self._filling(seq_id, rng, keep=keep_range):
                 res = self._decode_rows(tokens[:stop], pos0, seq_id, on_chunk, last_output=False)
         res.n_filled, res.n_full = self.fill_counts()
         res.fill_range = rng
@@ -157,14 +159,18 @@ class SplitPrefill:
         return (self.model.rf_sink_rows if sinks is None else sinks, self.model.rf_tail_rows if tail is None else tail)
 
     @contextmanager
-    def _filling(self, seq_id: int, rng: tuple[int, int]):
-        """Fill positions [rng) of seq_id while decoding inside (row counts from zero); later decodes run exact."""
+    def _filling(self, seq_id: int, rng: tuple[int, int], keep: bool = False):
+        """Fill positions [rng) of seq_id while decoding inside (row counts from zero); later decodes run exact
+        (`keep`: the range stays set after a clean exit; later rows lie after it and run exact all the same)."""
         self.set_fill_range(seq_id, *rng)
         self.reset_fill_counts()
+        ok = False
         try:
             yield
+            ok = True
         finally:
-            self.set_fill_range(seq_id, 0, 0)
+            if not (keep and ok):
+                self.set_fill_range(seq_id, 0, 0)
 
     def _decode_rows(self, tokens, pos0, seq_id, on_chunk, last_output: bool = True, offset: int = 0) -> PrefillResult:
         """`offset`: index of tokens[0] in the caller's prompt (on_chunk gets prompt indices)."""
