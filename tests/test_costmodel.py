@@ -118,3 +118,38 @@ def test_kv_maps_cost_their_rows_of_the_stacked_weight_per_product():
     assert prefill_cost(DENSE, n, split, k, t, with_map=False, kv=2) == prefill_cost(DENSE, n, split, k, t, with_map=False)
     sh = costmodel.SMOLLM2
     assert bound(sh, 4096, 16, 4, 1024, kv=2) > bound(sh, 4096, 16, 4, 1024, lagged=1) > bound(sh, 4096, 16, 4, 1024, lagged=2)
+
+
+def test_selection_costs_its_probe_scores_selected_rows_and_probe_again():
+    """select = 1 runs every filled row's late layers, as route = 1 does (without the leverage products), plus
+    the probe's scores at the layers up to the split and the probe rows once more; the selection is charged
+    once, to the ubatch of the prompt's last row."""
+    from ridgefill.bench.pipeline import Fill, ubatch_costs
+
+    sh, n, split, sinks, tail, probe = costmodel.SMOLLM2, 4096, 15, 4, 1024, 64
+    lo, hi = sinks, n - tail
+    scores = probe * n * sh.d_q * (split + 1)
+    again = costmodel._full_rows(sh, range(sh.n_layer), n - probe, n)
+    leverage = (hi - lo) * sh.d * sh.d
+    got = prefill_cost(sh, n, split, sinks, tail, select=1.0, probe=probe)
+    assert got == pytest.approx(prefill_cost(sh, n, split, sinks, tail, route=1.0) - leverage + scores + again)
+    assert bound(sh, n, split, sinks, tail, select=0.1) < bound(sh, n, split, sinks, tail)
+    per_ubatch = ubatch_costs(sh, n, 512, Fill(split, sinks, tail, select=0.1))
+    assert sum(map(sum, per_ubatch)) == pytest.approx(prefill_cost(sh, n, split, sinks, tail, select=0.1))
+    plain = ubatch_costs(sh, n, 512, Fill(split, sinks, tail))
+    assert [sum(u) for u in per_ubatch[:-1]] == [sum(u) for u in plain[:-1]]
+
+
+def test_mode_names_carry_the_selected_share():
+    from ridgefill.errors import InputError
+    from ridgefill.fit.route import mode_name, parse_mode, selected_share
+    from ridgefill.serve.server import ridgefill_flags
+
+    assert (parse_mode("ridge^10"), selected_share("ridge^10")) == (("ridge", 0.0), 0.1)
+    assert (parse_mode("ridge@5^10%"), selected_share("ridge@5^10%")) == (("ridge", 0.05), 0.1)
+    assert selected_share("identity@5") == 0.0 and mode_name("ridge", 0.05, 0.1) == "ridge@5^10"
+    for bad in ("exact^10", "ridge^200", "ridge^", "ridge^10@5"):
+        with pytest.raises(InputError):
+            selected_share(bad)
+    assert ridgefill_flags("ridge^10")[-2:] == ["--ridgefill-select", "0.1"]
+    assert "--ridgefill-select" not in ridgefill_flags("ridge@5")

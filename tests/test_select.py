@@ -97,6 +97,15 @@ def test_selection_variants_come_from_their_names():
         variants_named(["ridge-selectfive"])
 
 
+def test_fork_selection_variants_come_from_the_mode_vocabulary():
+    """`ridge^10` is the fork's own selection (Context.set_select), not a splice: no hook, a share."""
+    sel, both = variants_named(["ridge^10", "identity@5^2.5"])
+    assert (sel.name, sel.mode, sel.route, sel.select, sel.probe, sel.hook) == ("ridge^10", "ridge", 0.0, 0.1, 64, None)
+    assert (both.name, both.mode, both.route, both.select) == ("identity@5^2.5", "identity", 0.05, 0.025)
+    with pytest.raises(InputError):
+        variants_named(["exact^10"])
+
+
 def test_counts_pooling_top_rows_and_runs():
     sel = select.Selector("select", 0.05)
     assert [sel.count(n) for n in (1, 20, 21, 2940)] == [1, 1, 2, 147]

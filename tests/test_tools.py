@@ -171,8 +171,9 @@ def test_gpu_script_dry_run(tmp_path):
     assert "508 rows filled" in row["fill_rows"]["ridge"]
     assert row["fill_rows"]["ridge@10"].endswith(", 51 routed")  # ceil(0.1 * 508) of the one fill ubatch
     kv = report["shapes"]["tiny-qwen3 K/V maps"]  # lagged K/V maps beside the base: one product for every layer
-    assert kv["maps"] and kv["kv_maps"] == 2 and set(kv["results"][0]["median_ms"]) == {"exact", "ridge"}
+    assert kv["maps"] and kv["kv_maps"] == 2 and set(kv["results"][0]["median_ms"]) == {"exact", "ridge", "ridge^10"}
     assert "508 rows filled" in kv["results"][0]["fill_rows"]["ridge"]
+    assert kv["results"][0]["fill_rows"]["ridge^10"].endswith(", 51 selected")  # ceil(0.1 * 508) by the probe
     from ridgefill.bench import costmodel
 
     want = costmodel.bound(costmodel.Shape(**kv["shape"]), 768, kv["split"], kv["sinks"], kv["tail"], kv=2)

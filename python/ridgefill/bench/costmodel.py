@@ -29,6 +29,8 @@ from ..errors import InputError
 from ..runtime import fill_range
 
 
+PROBE_ROWS = 64  # the fork's default probe (llama_rf_set_select)
+
 @dataclass(frozen=True)
 class Shape:
     n_layer: int
@@ -142,7 +144,8 @@ def _full_rows(sh: Shape, layers, lo: int, hi: int) -> float:
 
 
 def prefill_cost(sh: Shape, n: int, split: int | None = None, sinks: int = 0, tail: int = 0,
-                 with_map: bool = True, route: float = 0.0, lagged: float = 0, kv: float = 0) -> float:
+                 with_map: bool = True, route: float = 0.0, lagged: float = 0, kv: float = 0,
+                 select: float = 0.0, probe: int = PROBE_ROWS) -> float:
     """Multiply-adds of a prompt of n rows; split=None is the exact prefill.
 
     lagged: d x d products per filled row spent on earlier rows (one per lagged map; window maps their
@@ -152,21 +155,35 @@ def prefill_cost(sh: Shape, n: int, split: int | None = None, sinks: int = 0, ta
     product, and the routed rows run layers split.. in full again, at positions spread over the
     filled range.
 
-    kv: products of the stacked K/V maps per filled row (1, or 2 reading the previous row; 0: input maps)."""
-    return sum(layer_costs(sh, 0, n, split, sinks, tail, with_map, route, lagged, kv=kv))
+    kv: products of the stacked K/V maps per filled row (1, or 2 reading the previous row; 0: input maps).
+
+    select: share of the filled rows the prompt's last `probe` rows select (Context.set_select): the probe
+    scores every row at each layer up to the split (its queries against all keys), the selected rows run
+    layers split.. in full, and the probe rows run every layer again; all of it after the prompt's last row."""
+    return sum(layer_costs(sh, 0, n, split, sinks, tail, with_map, route, lagged, kv=kv, select=select, probe=probe))
 
 
 def layer_costs(sh: Shape, lo: int, hi: int, split: int | None = None, sinks: int = 0, tail: int = 0,
                 with_map: bool = True, route: float = 0.0, lagged: float = 0, n: int | None = None,
-                kv: float = 0) -> list[float]:
+                kv: float = 0, select: float = 0.0, probe: int = PROBE_ROWS) -> list[float]:
     """Per layer, the multiply-adds of the prompt rows [lo, hi) of an n-row prompt (n: hi by default)
-    under prefill_cost's fill; the lagged and routing products are charged to the layer after the split."""
+    under prefill_cost's fill; the lagged and routing products are charged to the layer after the split, the
+    selection to the rows [lo, hi) that hold the prompt's last row."""
     n = hi if n is None else n
     f_lo, f_hi = fill_range(n, sinks, tail)
     a, b = max(lo, f_lo), min(hi, f_hi)  # the filled rows of [lo, hi)
     full = [_full_rows(sh, [il], lo, hi) for il in range(sh.n_layer)]
-    if split is None or b <= a:
+    if split is None or f_hi <= f_lo:
         return full
+    out = _filled_layer_costs(sh, full, a, b, split, with_map, route, lagged, kv) if b > a else full
+    if select > 0 and hi == n:
+        _add_selection(sh, out, n, split, f_lo, f_hi, select, probe)
+    return out
+
+
+def _filled_layer_costs(sh: Shape, full: list[float], a: int, b: int, split: int, with_map: bool, route: float,
+                        lagged: float, kv: float) -> list[float]:
+    """layer_costs where the rows [a, b) of its rows are filled."""
     m = b - a
     out = [full[il] - _full_rows(sh, [il], a, b) for il in range(sh.n_layer)]  # sinks and tail rows
     for il in range(sh.n_layer):
@@ -181,10 +198,23 @@ def layer_costs(sh: Shape, lo: int, hi: int, split: int | None = None, sinks: in
     return out
 
 
+def _add_selection(sh: Shape, out: list[float], n: int, split: int, f_lo: int, f_hi: int, select: float,
+                   probe: int) -> None:
+    """The selection's work, per layer: the probe's scores at the layers up to the split, the selected rows'
+    late layers (at positions spread over the fill range) and the probe rows again."""
+    p = min(probe, n)
+    for il in range(sh.n_layer):
+        if il <= split and sh.is_attention(il):
+            out[il] += p * n * sh.d_q
+        if il >= split:
+            out[il] += select * _full_rows(sh, [il], f_lo, f_hi)
+        out[il] += _full_rows(sh, [il], n - p, n)
+
+
 def bound(sh: Shape, n: int, split: int, sinks: int, tail: int, with_map: bool = True, route: float = 0.0,
-          lagged: float = 0, kv: float = 0) -> float:
+          lagged: float = 0, kv: float = 0, select: float = 0.0, probe: int = PROBE_ROWS) -> float:
     """cost_exact / cost_fill: the speed-up a perfect implementation reaches."""
-    return prefill_cost(sh, n) / prefill_cost(sh, n, split, sinks, tail, with_map, route, lagged, kv)
+    return prefill_cost(sh, n) / prefill_cost(sh, n, split, sinks, tail, with_map, route, lagged, kv, select, probe)
 
 
 SMOLLM2 = Shape(n_layer=30, d=576, d_q=576, d_kv=192, d_ff=1536)

@@ -8,7 +8,8 @@ Two halves, because the GPU machine has no network and no compiled RidgeFill:
   ridge / ridge@P (routed rows) through the CUDA llama-bench with every layer offloaded,
   interleaved, beside the cost-model bound; for a shape whose late layers all attend, also
   random lagged K/V maps in a maps file beside the base (exact / ridge: one product for every
-  filled layer's K and V instead of a map, a norm and two projections per layer).
+  filled layer's K and V instead of a map, a norm and two projections per layer; ridge^10: the fork
+  selects 10 % of the filled rows by the prompt's last 64 rows, whose probe and second pass it pays).
 Nothing here needs the compiled bindings, so it runs with the repo's python/ on PYTHONPATH.
 """
 
@@ -117,7 +118,7 @@ def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, wor
             _add(report, shape, runs_of(model, modes))
             kv = kv_files(shape, workdir, split)
             if kv:
-                _add(report, f"{shape} K/V maps", runs_of(kv[0], ("exact", "ridge"), str(kv[1])))
+                _add(report, f"{shape} K/V maps", runs_of(kv[0], ("exact", "ridge", "ridge^10"), str(kv[1])))
             out_json.write_text(json.dumps(report, indent=2))  # partial results survive a timeout
         for key in (shape, f"{shape} K/V maps"):
             if key in report["shapes"]:

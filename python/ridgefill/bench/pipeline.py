@@ -34,6 +34,7 @@ class Fill:
     route: float = 0.0
     lagged: float = 0
     kv: float = 0
+    select: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def ubatch_costs(sh: Shape, n: int, ubatch: int, fill: Fill) -> list[list[float]
     Ubatches are cut every `ubatch` rows from row 0; the fork also cuts where the sinks and the tail begin,
     which moves work between neighbouring ubatches and is left out."""
     return [layer_costs(sh, lo, min(lo + ubatch, n), fill.split, fill.sinks, fill.tail, fill.with_map, fill.route,
-                        fill.lagged, n=n, kv=fill.kv) + [0.0] for lo in range(0, n, ubatch)]
+                        fill.lagged, n=n, kv=fill.kv, select=fill.select) + [0.0] for lo in range(0, n, ubatch)]
 
 
 def makespan(costs: list[list[float]], counts) -> float:
@@ -140,14 +141,15 @@ def _local_search(costs, counts: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def fill_of(mode: str, split: int | None, sinks: int, tail: int, lagged: float = 0, kv: float = 0) -> Fill:
-    """The Fill of a bench mode (exact, identity, ridge, identity@P, ridge@P)."""
-    from ..fit.route import parse_mode
+    """The Fill of a bench mode (exact, identity, ridge, identity@P, ridge@P, any of them ^Q)."""
+    from ..fit.route import parse_mode, selected_share
 
     base, share = parse_mode(mode)
     if base == "exact":
         return Fill()
     ridge = base == "ridge"
-    return Fill(split, sinks, tail, with_map=ridge, route=share, lagged=lagged if ridge else 0, kv=kv if ridge else 0)
+    return Fill(split, sinks, tail, with_map=ridge, route=share, lagged=lagged if ridge else 0, kv=kv if ridge else 0,
+                select=selected_share(mode))
 
 
 def pipelined(n_devices: int, n_layer: int, ngl: int) -> bool:
@@ -224,7 +226,7 @@ class Placer:
         """costmodel.bound of the mode: the speed-up on one device."""
         f = self._fill(mode)
         return prefill_cost(self.shape, n) / prefill_cost(self.shape, n, f.split, f.sinks, f.tail, f.with_map, f.route,
-                                                          f.lagged, f.kv)
+                                                          f.lagged, f.kv, f.select)
 
     def _fill(self, mode: str) -> Fill:
         return fill_of(mode, self.split, self.sinks, self.tail, self.lagged, self.kv)

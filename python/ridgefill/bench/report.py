@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import costmodel
 from .. import format as fmt
-from ..fit.route import parse_mode
+from ..fit.route import parse_mode, selected_share
 from ..runtime.split_prefill import fill_range
 
 
@@ -44,7 +44,7 @@ def summarize(model, results, shape, split, sinks, tail, threads, modes, maps: i
             ratio = r.median("exact") / r.median(mode)
             base, share = parse_mode(mode)
             b = costmodel.bound(shape, r.n_tokens, split, sinks, tail, with_map=(base == "ridge"), route=share,
-                                lagged=lagged, kv=kv)
+                                lagged=lagged, kv=kv, select=selected_share(mode))
             row[f"ratio_{mode}"] = ratio
             row[f"bound_{mode}"] = b
             row[f"of_bound_{mode}"] = ratio / b

@@ -23,7 +23,7 @@ from . import costmodel
 from .pipeline import Placer, annotate
 from .. import format as fmt
 from ..errors import RidgefillError
-from ..fit.route import parse_mode
+from ..fit.route import parse_mode, selected_share
 from ..runtime.split_prefill import nothing_filled
 from ..paths import tool_path
 from ..serve.server import LlamaServer, ServerPool, maps_flags, ridgefill_flags, ttft_ms
@@ -56,14 +56,18 @@ def run_llama_bench(model: str, n_tokens: int, mode: str, threads: int, batch: i
         raise BenchError(f"llama-bench failed ({mode}, {n_tokens} tokens):\n{err[-2000:]}")
     row = json.loads(out)[0]
     base, share = parse_mode(mode)
-    measured = (row["ridgefill"], row["ridgefill_sink"], row["ridgefill_tail"], round(row.get("ridgefill_route", 0.0), 6))
-    asked = (base, sinks, tail, round(share, 6)) if base != "exact" else ("exact", 0, 0, 0.0)
+    measured = (row["ridgefill"], row["ridgefill_sink"], row["ridgefill_tail"], round(row.get("ridgefill_route", 0.0), 6),
+                round(row.get("ridgefill_select", 0.0), 6))
+    asked = (base, sinks, tail, round(share, 6), round(selected_share(mode), 6)) if base != "exact" else \
+        ("exact", 0, 0, 0.0, 0.0)
     if measured != asked or (split is not None and mode != "exact" and row["ridgefill_split"] != split):
         raise BenchError(f"llama-bench measured ridgefill/sink/tail {measured} at split {row['ridgefill_split']}, "
                          f"not {asked} at split {split}")
     report = "" if base == "exact" else f"{row['ridgefill_filled_n']} rows filled, {row['ridgefill_full_n']} full"
     if share > 0:
         report += f", {row['ridgefill_routed_n']} routed"
+    if selected_share(mode) > 0:
+        report += f", {row['ridgefill_selected_n']} selected"
     return row["avg_ns"] / 1e6, usage.ru_maxrss / 1024, report
 
 

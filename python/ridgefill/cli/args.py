@@ -18,7 +18,7 @@ class _Flatten(argparse.Action):
 
 
 def mode(text: str) -> str:
-    """A fill mode's name (route.parse_mode: exact, identity, ridge, identity@P, ridge@P)."""
+    """A fill mode's name (route.parse_mode: exact, identity, ridge, identity@P, ridge@P, and ^Q selecting)."""
     from ..fit.route import parse_mode
 
     parse_mode(text)

@@ -8,19 +8,18 @@ A routed variant, `ridge@P` or `identity@P` (P percent), routes that share of ea
 ubatch's rows through the full late layers (route.py); it needs the routing statistics stored
 with the maps at s, so both modes run on that model.
 
-A selecting variant, `ridge-fork-select{Q}[-P{rows}]` (or `identity-...`), has the fork select Q % of the
-filled rows by the attention of the prompt's last rows (default 64) before the first output
-(Context.set_select): what the splice `ridge-select{Q}-Lall-max63-after` (select.py) measures, built.
+A selecting variant, `ridge^Q` or `identity^Q` (also `ridge@P^Q`), has the fork select Q % of the
+filled rows by the attention of the prompt's last 64 rows before the first output (Context.set_select):
+what the splice `ridge-select{Q}-Lall-max63-after` (select.py) measures, built.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..fit.route import mode_name, parse_mode
+from ..fit.route import mode_name, parse_mode, selected_share
 from ..runtime import Context, Model
 from .prefill import Hook
 from ..errors import InputError
@@ -80,33 +79,21 @@ def _load_plugins() -> None:
 
 
 def routed(name: str) -> Variant:
-    """`ridge@5` (or `ridge@5%`): ridge with 5 % of each fill ubatch routed (route.parse_mode)."""
+    """`ridge@5` (or `ridge@5%`): ridge with 5 % of each fill ubatch routed (route.parse_mode); `ridge^10`:
+    10 % of the filled rows selected by the fork's probe (route.selected_share)."""
     mode, share = parse_mode(name)
-    return Variant(mode_name(mode, share), mode, route=share)
-
-
-_FORK_SELECT = re.compile(r"^(ridge|identity)-fork-select(\d+(?:\.\d+)?)(?:-P(\d+))?$")
-
-
-def fork_selected(name: str) -> Variant | None:
-    """`ridge-fork-select10[-P64]`: ridge with the fork selecting 10 % of the filled rows by a 64-row probe."""
-    m = _FORK_SELECT.match(name)
-    if m is None:
-        return None
-    share, probe = float(m.group(2)) / 100, int(m.group(3) or 64)
-    if not 0 < share <= 1 or probe < 1:
-        raise InputError(f"{name}: the selected share must be a percentage in (0, 100] and the probe at least one row")
-    return register(Variant(name, m.group(1), select=share, probe=probe))
+    select = selected_share(name)
+    return Variant(mode_name(mode, share, select), mode, route=share, select=select)
 
 
 def variants_named(names: Sequence[str]) -> tuple[Variant, ...]:
     for n in names:
-        if "@" in n:
+        if "@" in n or "^" in n:
             REGISTRY.setdefault(n, routed(n))
     if any(n not in REGISTRY for n in names):
         _load_plugins()
     for n in names:
-        for parse in (fork_selected, *PARSERS):
+        for parse in PARSERS:
             if n not in REGISTRY:
                 parse(n)
     bad = [n for n in names if n not in REGISTRY]

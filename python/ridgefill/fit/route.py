@@ -24,27 +24,44 @@ from .stats import Moments
 
 ROUTE_EPS = 1e-3
 MODES = ("exact", "identity", "ridge")
-_MODE = re.compile(r"^(exact|identity|ridge)(?:@(\d+(?:\.\d+)?)%?)?$")
+_MODE = re.compile(r"^(exact|identity|ridge)(?:@(\d+(?:\.\d+)?)%?)?(?:\^(\d+(?:\.\d+)?)%?)?$")
 
 
 def parse_mode(name: str) -> tuple[str, float]:
     """A fill mode's name -> (mode, routed share): 'ridge' -> ('ridge', 0), 'ridge@5' or 'ridge@5%'
-    -> ('ridge', 0.05). The one vocabulary of evals, llama-bench runs and tune."""
-    m = _MODE.match(name)
-    if m is None or (m.group(1) == "exact" and m.group(2) is not None):
-        raise InputError(f"unknown mode {name!r} (one of {', '.join(MODES)}, or identity@P / ridge@P: P % of "
-                         "each fill ubatch routed)")
+    -> ('ridge', 0.05); a selection suffix ('ridge^10', selected_share) is allowed. The one vocabulary of
+    evals, llama-bench runs and tune."""
+    m = _match(name)
     if m.group(2) is None:
         return m.group(1), 0.0
-    pct = float(m.group(2))
-    if pct > 100:
-        raise InputError(f"mode {name!r}: the routed share must be a percentage in [0, 100]")
-    return m.group(1), pct / 100
+    return m.group(1), _share(name, m.group(2), "routed")
 
 
-def mode_name(mode: str, share: float) -> str:
-    """The inverse of parse_mode: 'ridge@5' for ('ridge', 0.05), 'ridge' for a share of 0."""
-    return mode if share == 0 else f"{mode}@{100 * share:g}"
+def selected_share(name: str) -> float:
+    """The share of the filled rows a mode name's `^Q` selects by the prompt's last rows (Context.set_select):
+    'ridge^10' -> 0.10, 'ridge@5^10' -> 0.10, 'ridge' -> 0."""
+    m = _match(name)
+    return 0.0 if m.group(3) is None else _share(name, m.group(3), "selected")
+
+
+def _match(name: str) -> re.Match:
+    m = _MODE.match(name)
+    if m is None or (m.group(1) == "exact" and (m.group(2) or m.group(3)) is not None):
+        raise InputError(f"unknown mode {name!r} (one of {', '.join(MODES)}, or identity@P / ridge@P: P % of each "
+                         "fill ubatch routed; a suffix ^Q: Q % of the filled rows selected by the prompt's last rows)")
+    return m
+
+
+def _share(name: str, pct: str, what: str) -> float:
+    if float(pct) > 100:
+        raise InputError(f"mode {name!r}: the {what} share must be a percentage in [0, 100]")
+    return float(pct) / 100
+
+
+def mode_name(mode: str, share: float, select: float = 0.0) -> str:
+    """The inverse of parse_mode and selected_share: 'ridge@5' for ('ridge', 0.05), 'ridge' for a share of 0,
+    'ridge^10' for a selected share of 0.1."""
+    return (mode if share == 0 else f"{mode}@{100 * share:g}") + ("" if select == 0 else f"^{100 * select:g}")
 
 
 def from_moments(mom: Moments, eps: float = ROUTE_EPS) -> RouteStats:

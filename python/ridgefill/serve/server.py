@@ -23,13 +23,16 @@ class ServerError(RidgefillError, RuntimeError):
 
 def ridgefill_flags(mode: str, split: int | None = None, sinks: int | None = None, tail: int | None = None) -> list[str]:
     """The --ridgefill* flags of llama-server and llama-bench for a mode name (route.parse_mode: 'ridge@5'
-    routes 5 %); None leaves a value to the GGUF, exact adds none. The routed share is always explicit."""
-    from ..fit.route import parse_mode
+    routes 5 %, 'ridge^10' selects 10 %); None leaves a value to the GGUF, exact adds none. The routed share is
+    always explicit."""
+    from ..fit.route import parse_mode, selected_share
 
     base, share = parse_mode(mode)
     if base == "exact":
         return []
     flags = ["--ridgefill", base, "--ridgefill-route", f"{share:g}"]
+    if selected_share(mode) > 0:
+        flags += ["--ridgefill-select", f"{selected_share(mode):g}"]
     for name, value in (("split", split), ("sink", sinks), ("tail", tail)):
         if value is not None:
             flags += [f"--ridgefill-{name}", str(value)]
@@ -122,12 +125,12 @@ class LlamaServer:
 def ttft_ms(srv: LlamaServer, prompt: list[int], mode: str) -> tuple[float, dict]:
     """TTFT as bench and demo measure it: the wall time of a 1-token, greedy completion of a prompt
     the server may not reuse from its cache; (milliseconds, response)."""
-    from ..fit.route import parse_mode
+    from ..fit.route import parse_mode, selected_share
 
     base, share = parse_mode(mode)
     body = {"prompt": prompt, "n_predict": 1, "temperature": 0.0, "cache_prompt": False, "ridgefill": base}
     if base != "exact":
-        body["ridgefill_route"] = share
+        body["ridgefill_route"], body["ridgefill_select"] = share, selected_share(mode)
     t0 = time.perf_counter()
     res = srv.post("/completion", body)
     return 1000 * (time.perf_counter() - t0), res

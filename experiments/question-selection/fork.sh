@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Selection built into the fork (issue 55 items 2 and 4): the same setting as run.sh (Qwen2.5-Coder-0.5B, split 12,
+# 4K, sinks 4, tail 1024, the lagged maps of calib-size's 65,536-token capture), with the fork selecting 10 % of the
+# filled rows by a 64-row probe (`ridge^10`: llama_rf_set_select; the splice it builds is run.sh's
+# ridge-select10-Lall-max63-after). Step 1: TTFT at 4K through llama-bench, exact, ridge and ridge^10 interleaved,
+# the cost-model bound beside each (probe scores, selected rows' late layers and the probe's second pass paid).
+# Step 2: RULER-11 on the frontier's 66 items (item files linked, so every record pairs with the frontier's exact
+# and with run.sh's store). Resumable: every step skips what it has written.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+R=experiments/question-selection/results
+C=experiments/calib-size/results/qwen0.5b-s12-t65536
+F=bench/results/frontier-qwen2.5-coder-0.5b-4k
+THREADS=${THREADS:-2}
+[ -f $C/fit/lagkeys.gguf ] || LOSS=0 LENGTHS=4096 experiments/calib-size/run.sh
+T=$R/fork-ttft-4k
+[ -f $T.json ] || .venv/bin/ridgefill bench ttft --model $C/fit/lagkeys.gguf --lengths 4096 --runs "${RUNS:-5}" \
+  --modes exact ridge "ridge^10" --paths bench --threads "$THREADS" --sinks 4 --tail 1024 --json-out $T.json | tee $T.md
+S=$R/ruler-4k-lagkeys-fork
+mkdir -p $S/items
+for f in $F/eval/items/ruler-*N4096.json; do ln -sfn "../../../../../$f" "$S/items/$(basename "$f")"; done
+.venv/bin/ridgefill eval ruler --model $C/fit/lagkeys.gguf --split 12 --sinks 4 --tail 1024 --lengths 4096 \
+  --modes "ridge^10" --threads "$THREADS" --no-plots --quiet --items 6 --out $S
+.venv/bin/python experiments/question-selection/table.py --split 12 --exact $F/eval $R/ruler-4k-lagkeys $S \
+  --variants ridge ridge-evidence ridge-select10-Lall-max63 "ridge^10" | tee $R/ruler-4k-lagkeys-fork.md
