@@ -55,6 +55,22 @@ def test_a_routed_configuration_competes_with_the_splits():
     assert "| 15 | 1024 | 5 % | 4096 |" in frontier_report.markdown(rows)
 
 
+def test_a_selecting_configuration_is_a_configuration_of_its_own():
+    """Selecting 10 % at split 12 keeps the needles split 12 loses: chosen over the plain split, reported with its
+    share, its variant `ridge^10` and a bound that pays the probe and the selected rows."""
+    from ridgefill.bench import costmodel
+
+    sel = {**_row(12, 1024, 4096, 80, 78, 1.41), "select": 0.1}
+    rows = [_row(12, 1024, 4096, 80, 50, 1.47), sel, _row(16, 1024, 4096, 80, 79, 1.27)]
+    chosen, _ = frontier.choose(rows, 5, 0.02)
+    assert (chosen["split"], chosen["select"]) == (12, 0.1)
+    assert "| 12 | 1024 | 0 % / 10 % | 4096 |" in frontier_report.markdown(rows)
+    pt = frontier.Point(12, 4, 1024, 4096, select=0.1)
+    assert pt.ridge == "ridge^10"
+    row = frontier.row_for(pt, [], costmodel.SMOLLM2, None)
+    assert row["bound_ridge"] < frontier.row_for(frontier.Point(12, 4, 1024, 4096), [], costmodel.SMOLLM2, None)["bound_ridge"]
+
+
 def test_the_frontier_table_has_as_many_columns_as_its_header():
     """A separator row one cell short and the table does not render."""
     for rows in ([_row(15, 1024, 4096, 80, 40, 1.44)], [_row(15, 1024, 4096, 80, 78, 1.40, route=0.05)]):

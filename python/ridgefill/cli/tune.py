@@ -21,6 +21,8 @@ def add_commands(sub) -> None:
     list_option(p, "--tails", int, metavar="T", help="candidate tail rows (default 1024)")
     list_option(p, "--routes", float, metavar="P", help="candidate routed shares in percent of each fill ubatch "
                                                           "(default 0: none; e.g. 0,2,5,10)")
+    list_option(p, "--selects", float, metavar="Q", help="candidate selected shares in percent of the filled rows, "
+                                                           "chosen by the prompt's last 64 rows (default 0: none; ridge^Q)")
     p.add_argument("--sinks", type=int, default=Defaults.sink_rows)
     list_option(p, "--lengths", int, metavar="N", help="prompt lengths (default 4096)")
     p.add_argument("--budget-needles", type=float, default=5.0, help="needle points ridge may lose against exact")
@@ -35,7 +37,8 @@ def add_commands(sub) -> None:
     list_option(p, "--needle-tasks", metavar="TASK", help="needle tasks (default: the profile's)")
     p.add_argument("--items", type=int, help="needle and RULER items per task and length (default: the profile's)")
     p.add_argument("--docs", type=int, help="loss documents per length (default: the profile's)")
-    list_option(p, "--modes", default=None, help="variants (default exact,identity,ridge; ridge@P: P %% routed)")
+    list_option(p, "--modes", default=None, help="variants (default exact,identity,ridge; ridge@P: P %% routed; "
+                                                  "ridge^Q: Q %% selected)")
     p.add_argument("--tokens", type=int, default=16384, help="calibration tokens of the one capture")
     p.add_argument("--measure", action="store_true", help="also time each candidate with llama-bench")
     p.add_argument("--runs", type=int, default=3, help="llama-bench runs per mode and length with --measure")
@@ -87,5 +90,8 @@ def cmd_tune(args) -> int:
     print(f"chosen: split {chosen['split']}, sinks {chosen['sinks']}, tail {chosen['tail']}, "
           f"routed {100 * chosen.get('route', 0.0):g} % "
           f"({frontier.speedup(chosen):.2f}x, {_quality_text(chosen)})")
+    if chosen.get("select", 0.0) > 0:  # a serving setting, not a default the GGUF records
+        print(f"serve it with --ridgefill-select {chosen['select']:g} (llama-server, llama-bench) or "
+              f"Context.set_select({chosen['select']:g})")
     print(f"wrote {args.output}")
     return 0

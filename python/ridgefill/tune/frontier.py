@@ -78,11 +78,12 @@ class Point:
     tail: int
     n_tokens: int
     route: float = 0.0  # routed share of the filled rows (ridge only)
+    select: float = 0.0  # share of the filled rows the prompt's last rows select (ridge only)
 
     @property
     def ridge(self) -> str:
-        """The eval variant that measures ridge at this point: 'ridge', or 'ridge@P' when routed."""
-        return mode_name("ridge", self.route)
+        """The eval variant that measures ridge at this point: 'ridge', 'ridge@P' when routed, '^Q' selecting."""
+        return mode_name("ridge", self.route, self.select)
 
 
 def needle_row(summary: list[dict], pt: Point) -> dict | None:
@@ -102,7 +103,8 @@ def row_for(pt: Point, summary: list[dict], shape: costmodel.Shape, ttft: dict |
     "ridge" in the row is the point's ridge variant (routed or not); `lagged`: the d x d products its maps
     spend on earlier rows per filled row (fmt.earlier_row_products)."""
     out = {**asdict(pt), "lagged": lagged,
-           "bound_ridge": costmodel.bound(shape, pt.n_tokens, pt.split, pt.sinks, pt.tail, route=pt.route, lagged=lagged),
+           "bound_ridge": costmodel.bound(shape, pt.n_tokens, pt.split, pt.sinks, pt.tail, route=pt.route, lagged=lagged,
+                                          select=pt.select),
            "bound_identity": costmodel.bound(shape, pt.n_tokens, pt.split, pt.sinks, pt.tail, with_map=False)}
     if ttft:
         res = next((r for r in ttft["results"] if r["n_tokens"] == pt.n_tokens), None)
@@ -142,10 +144,10 @@ def _names(pt: Point) -> list[tuple[str, str]]:
 
 def _diffs(diffs: dict, pt: Point) -> dict:
     """The summary's paired differences under the row's keys (ridge = the point's ridge variant);
-    'ridge-plain' is the routed ridge against ridge without routing."""
+    'ridge-plain' is the routed or selecting ridge against ridge without either."""
     keys = {"ridge-exact": f"{pt.ridge}-exact", "ridge-identity": f"{pt.ridge}-identity",
             "identity-exact": "identity-exact"}
-    if pt.route > 0:
+    if pt.route > 0 or pt.select > 0:
         keys["ridge-plain"] = f"{pt.ridge}-ridge"
     return {k: diffs[v] for k, v in keys.items() if v in diffs}
 
@@ -217,10 +219,10 @@ def meets(row: dict, budget_needles: float, budget_loss: float, need_loss: bool 
 
 
 def configs(rows: list[dict]) -> dict[tuple, list[dict]]:
-    """(split, sinks, tail, route) -> its rows, one per prompt length: a GGUF's defaults serve every length."""
+    """(split, sinks, tail, route, select) -> its rows, one per prompt length: a GGUF's defaults serve every length."""
     out: dict[tuple, list[dict]] = {}
     for r in rows:
-        out.setdefault((r["split"], r["sinks"], r["tail"], r.get("route", 0.0)), []).append(r)
+        out.setdefault((r["split"], r["sinks"], r["tail"], r.get("route", 0.0), r.get("select", 0.0)), []).append(r)
     return out
 
 

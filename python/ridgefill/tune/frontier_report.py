@@ -91,19 +91,22 @@ def _ruler_table(rows: list[dict]) -> list[str]:
 
 def markdown(rows: list[dict], title: str = "", commands: Sequence[str] | str | None = None,
              window: int | None = None) -> str:
-    routed = any(r.get("route", 0) > 0 for r in rows)
+    selected = any(r.get("select", 0) > 0 for r in rows)
+    routed = selected or any(r.get("route", 0) > 0 for r in rows)
+    how = "routed / selected" if selected else "routed"
     commands = [commands] if isinstance(commands, str) else list(commands or ())
     needles = [r for r in rows if "needle" in r] or ([] if any("ruler" in r for r in rows) else rows)
     lines = [f"## {title}\n" if title else None, *(_command_lines(commands) if commands else ()),
-             ("| split | tail | " + ("routed | " if routed else "") + "N | speed-up ridge | speed-up identity | "
+             ("| split | tail | " + (f"{how} | " if routed else "") + "N | speed-up ridge | speed-up identity | "
               "needles exact / identity / ridge (n) | ridge − identity [95 %] | ridge − exact [95 %] | "
-              + ("routed − plain ridge [95 %] |" if routed else "")).rstrip(),
+              + (f"{how} − plain ridge [95 %] |" if routed else "")).rstrip(),
              "|" + " --- |" * (10 if routed else 8)] if needles else []
     for r in needles:
         n = r.get("needle", {})
         cells = " / ".join(f"{n[v]:.1f}" if v in n else "–" for v in ("exact", "identity", "ridge"))
         d = r.get("needle_diff", {})
         route = f"{100 * r.get('route', 0):g} % | " if routed else ""
+        route = f"{100 * r.get('route', 0):g} % / {100 * r.get('select', 0):g} % | " if selected else route
         plain = f"{_iv(d.get('ridge-plain'))} | " if routed else ""
         lines.append(f"| {r['split']} | {r['tail']} | {route}{r['n_tokens']} | {_speed(r, 'ridge')} | {_speed(r, 'identity')} | "
                      f"{cells} ({_counts(r)}) | {_iv(d.get('ridge-identity'))} | {_iv(d.get('ridge-exact'))} | {plain}".rstrip())
@@ -132,17 +135,18 @@ def figure(rows: list[dict], title: str = ""):
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     metric = "needle" if any("needle" in r for r in rows) else "ruler"
-    lines = [("identity", 0.0, "--o", -11)] + [("ridge", p, "-s" if p == 0 else "-^", 4)
-                                              for p in sorted({r.get("route", 0.0) for r in rows})]
+    fill = lambda r: (r.get("route", 0.0), r.get("select", 0.0))  # noqa: E731
+    lines = [("identity", (0.0, 0.0), "--o", -11)] + [("ridge", f, "-s" if f == (0.0, 0.0) else "-^", 4)
+                                                      for f in sorted({fill(r) for r in rows})]
     for n in sorted({r["n_tokens"] for r in rows}):
         for tail in sorted({r["tail"] for r in rows}):
-            for mode, route, style, dy in lines:
+            for mode, how, style, dy in lines:
                 pts = sorted((speedup(r, mode), share_of_exact(r, mode, metric), r["split"]) for r in rows
                              if r["n_tokens"] == n and r["tail"] == tail and share_of_exact(r, mode, metric) is not None
-                             and r.get("route", 0.0) == (route if mode == "ridge" else 0.0))
+                             and fill(r) == (how if mode == "ridge" else (0.0, 0.0)))
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], style,
-                            label=f"{mode_name(mode, route)}, N={n}, T={tail}")
+                            label=f"{mode_name(mode, *how)}, N={n}, T={tail}")
                     for x, y, s in pts:
                         ax.annotate(f"s{s}", (x, y), fontsize=7, xytext=(3, dy), textcoords="offset points")
     ax.axhline(1.0, color="k", lw=0.8, label="exact")

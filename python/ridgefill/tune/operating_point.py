@@ -30,12 +30,12 @@ def default_splits(n_layer: int) -> list[int]:
     return list(range(n_layer // 2, n_layer - 2))
 
 
-def check_routes(routes) -> list[float]:
-    """--routes in percent -> shares in [0, 1], 0 (plain ridge) always among them."""
+def check_routes(routes, flag: str = "--routes") -> list[float]:
+    """--routes (or --selects) in percent -> shares in [0, 1], 0 (plain ridge) always among them."""
     shares = sorted({0.0, *(r / 100 for r in routes or ())})
     bad = [100 * r for r in shares if not 0 <= r <= 1]
     if bad:
-        raise InputError(f"--routes must be percentages in [0, 100], not {bad}")
+        raise InputError(f"{flag} must be percentages in [0, 100], not {bad}")
     return shares
 
 
@@ -123,13 +123,14 @@ def run(args, log) -> tuple[list[dict], Path]:
     frontier.check_budgets(args.budget_needles, args.budget_loss, getattr(args, "budget_ruler", None))
     splits = sorted(set(args.splits or default_splits(shape.n_layer)))
     plan = plan_from_args(args).with_(splits=tuple(splits))
-    routes = check_routes(args.routes)
-    variants = variants_named(args.modes or ("exact", "identity", "ridge", *(mode_name("ridge", r) for r in routes if r > 0)))
+    routes, selects = check_routes(args.routes), check_routes(getattr(args, "selects", None), "--selects")
+    fills = [(r, q) for r in routes for q in selects]
+    variants = variants_named(args.modes or ("exact", "identity", *(mode_name("ridge", r, q) for r, q in fills)))
     summary, plan_doc = (stored_summary(work, plan) if args.report_only else
                          measured_summary(args, base, splits, plan, variants, work, log))
     if args.measure and args.report_only:  # timing needs the candidates' GGUFs, which a fresh clone lacks
         frontier.fit_candidates(base, splits, fit_config(args), work, log)
-    modes = tuple(v.name for v in variants if v.name in ("exact", "identity", "ridge") or "@" in v.name)
+    modes = tuple(v.name for v in variants if v.name in ("exact", "identity", "ridge") or "@" in v.name or "^" in v.name)
     rows = []
     for s in splits:
         for tail in plan.tails:
@@ -137,10 +138,10 @@ def run(args, log) -> tuple[list[dict], Path]:
                                  args.threads or 2, work, log, args.n_gpu_layers) if args.measure else
                     stored_ttft(work, s, tail))
             lagged = lagged_of(work / "fit" / f"s{s}.gguf", ttft)
-            for route in routes:
+            for route, select in fills:
                 for n in plan.lengths:
-                    rows.append(frontier.row_for(frontier.Point(s, plan.sinks, tail, n, route), summary, shape, ttft,
-                                                 lagged))
+                    rows.append(frontier.row_for(frontier.Point(s, plan.sinks, tail, n, route, select), summary, shape,
+                                                 ttft, lagged))
     title = report_title(args.title, work, base)
     (work / "frontier.json").write_text(json.dumps({"base": str(base), "title": title, "plan": plan_doc,
                                                     "tokens": args.tokens, "rows": rows}, indent=1))
