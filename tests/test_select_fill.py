@@ -185,6 +185,24 @@ def test_a_planted_needles_rows_are_selected(smollm2, sample_text):
     assert planted <= rows, sorted(planted - rows)
 
 
+def test_an_evaluation_head_keeps_its_range_for_the_tails_probe(smollm2, prompt):
+    """The evaluations decode the head and the tail in calls of their own (evals/prefill.py): a selecting context
+    decodes its head afresh with the fill range kept, so the tail's output call probes, selecting what one prefill
+    call selects; the next head (plain) is not the selecting one's."""
+    from ridgefill.evals import prefill
+
+    ctx = _ctx(smollm2)
+    ctx.set_fill("identity", SPLIT)
+    ctx.set_select(0.25, PROBE)
+    prefill.greedy(prefill.run_head(ctx, prompt, SINKS, TAIL), 2)
+    assert ctx.selected_count == int(np.ceil(0.25 * (N - SINKS - TAIL)))
+    np.testing.assert_array_equal(ctx.selected_rows(), _select(smollm2, prompt, 0.25)[0].selected_rows())
+    ctx.set_select(0.0, PROBE)
+    ctx.reset_fill_counts()
+    prefill.greedy(prefill.run_head(ctx, prompt, SINKS, TAIL), 2)
+    assert ctx.selected_count == 0
+
+
 def test_bad_values_are_refused(smollm2):
     ctx = _ctx(smollm2)
     for q, probe in ((-0.1, 16), (1.5, 16), (float("nan"), 16), (0.1, 0), (0.1, UBATCH + 1)):
