@@ -26,10 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from ..errors import InputError
-from ..runtime import fill_range
+from ..runtime import PROBE_ROWS, fill_range
 
-
-PROBE_ROWS = 64  # the fork's default probe (llama_rf_set_select)
 
 @dataclass(frozen=True)
 class Shape:

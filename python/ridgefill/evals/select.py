@@ -37,11 +37,11 @@ import numpy as np
 
 from ..errors import InputError
 from ..fit.attention import attention_layers, attention_paid
+from ..runtime import PROBE_ROWS
 from .prefill import Head
 from .session import Variant, register, register_parser
 from .splice import _EXACT, ROW_PARTS, late_layers, layer_parts, write
 
-PROBE_ROWS = 64
 POOL = ("max", 7)
 EVIDENCE_WIDEN = 4
 _NAME = re.compile(r"^(ridge|identity)-(?:(select|random)(\d+(?:\.\d+)?)|(evidence)(\d+)?)((?:-[A-Za-z0-9+]+)*)$")

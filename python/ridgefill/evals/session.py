@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..fit.route import mode_name, parse_mode, selected_share
-from ..runtime import Context, Model
+from ..runtime import PROBE_ROWS, Context, Model
 from .prefill import Hook
 from ..errors import InputError
 
@@ -35,7 +35,7 @@ class Variant:
     all_layers: bool = False  # fill at split = n_layer: exact values, the fill run's batches
     route: float = 0.0  # share of each fill ubatch routed through the full late layers
     select: float = 0.0  # share of the filled rows the fork's probe selects
-    probe: int = 64  # the prompt's last rows that select them
+    probe: int = PROBE_ROWS  # the prompt's last rows that select them
 
     @property
     def split_free(self) -> bool:

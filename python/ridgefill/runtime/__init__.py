@@ -12,7 +12,8 @@ from importlib import import_module
 
 _WHERE = {"Context": "context", "supported_archs": "context", "ALL_LAYERS": "model", "Model": "model",
           "add_rpc_servers": "model", "devices": "model", "version": "model", "PrefillResult": "split_prefill",
-          "fill_range": "split_prefill", "head_stop": "split_prefill", "nothing_filled": "split_prefill"}
+          "fill_range": "split_prefill", "head_stop": "split_prefill", "nothing_filled": "split_prefill",
+          "PROBE_ROWS": "split_prefill"}
 
 __all__ = sorted(_WHERE)
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _core
 from ..errors import InputError, LoadError
-from .split_prefill import SplitPrefill
+from .split_prefill import PROBE_ROWS, SplitPrefill
 
 
 @cache
@@ -117,7 +117,7 @@ class Context(SplitPrefill):
     route = property(lambda self: self._c.route)
     routed_count = property(lambda self: self._c.routed_count)  # routed rows since the last reset_fill_counts
 
-    def set_select(self, q: float, probe: int = 64) -> None:
+    def set_select(self, q: float, probe: int = PROBE_ROWS) -> None:
         """Selected rows for later prompts: the prompt's last `probe` rows (up to its output) score every
         filled row by their attention at the exact layers; the top ceil(q·n) of the n filled rows run every
         layer from the split on in full, then the probe rows run again (docs/fill-semantics.md). 0 selects none."""

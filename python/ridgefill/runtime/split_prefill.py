@@ -19,6 +19,8 @@ import numpy as np
 
 from ..errors import InputError
 
+PROBE_ROWS = 64  # the prompt's last rows that select its filled rows (Context.set_select), as the fork defaults
+
 
 @dataclass
 class PrefillResult:
