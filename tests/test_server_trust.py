@@ -52,6 +52,29 @@ def test_row_fields_are_strict_integers_and_errors_quote_the_value(smollm2_path,
         assert edge["ridgefill_full_n"] == 300 and edge.get("ridgefill_filled_n", 0) == 0
 
 
+BAD_SHARES = [-0.5, -1e-9, 1.0000001, 1.5, 1e308, 2**64, True, False, "0.1", "nan", [0.1], {"q": 0.1}]
+
+
+def test_the_selected_share_is_a_number_in_0_1_and_selects_what_it_says(smollm2_path, tokens):
+    """ridgefill_select under the fixed hostile values and 40 seeded random ones outside [0, 1]: each a 400 naming
+    the field, the server up; then a valid share selects ceil(q * filled rows)."""
+    import math
+    import random
+
+    rng = random.Random(0)
+    rand = [rng.choice((-1, 1)) * 10 ** rng.uniform(-9, 12) for _ in range(40)]
+    prompt = tokens[:300]
+    with LlamaServer(smollm2_path, FILL, ctx=CTX, threads=2) as srv:
+        for value in BAD_SHARES + [v if not 0 <= v <= 1 else v + 1.5 for v in rand]:
+            with pytest.raises(ServerError) as err:
+                _complete(srv, prompt, ridgefill_select=value)
+            assert err.value.status == 400, (value, str(err.value))
+            assert "ridgefill_select" in _error_message(err.value)
+        assert srv.alive()
+        done = _complete(srv, prompt, ridgefill_select=0.25)["timings"]
+        assert done["ridgefill_filled_n"] == 300 - 68 and done["ridgefill_selected_n"] == math.ceil(0.25 * (300 - 68))
+
+
 @pytest.mark.parametrize("body", [b"{", b"{\"prompt\": [1, 2", b"not json", b"\xff\xfe", b""])
 def test_malformed_json_is_a_400(smollm2_path, body):
     with LlamaServer(smollm2_path, [], ctx=CTX, threads=2) as srv:
