@@ -79,6 +79,7 @@ def tail_logprobs(head: Head) -> np.ndarray:
     out = np.empty(len(rows), dtype=np.float64)
     for start, n in ctx.decode_chunks(toks[rows], head.stop, seq, "all"):
         out[start : start + n] = ctx.token_logprobs(toks[rows[start : start + n] + 1])
+    _note_selected(head)
     return out  # the last row predicts nothing inside the prompt and is not decoded
 
 
@@ -88,7 +89,14 @@ def greedy(head: Head, n_new: int, stop: Sequence[int] = ()) -> list[int]:
     start = head.stop if head.tail_from is None else head.tail_from
     for _ in ctx.decode_chunks(toks[start:], start, seq, "last"):
         pass
+    _note_selected(head)
     return ctx.greedy_continue(ctx.logits()[0], len(toks), n_new, seq_id=seq, stop=stop)
+
+
+def _note_selected(head: Head) -> None:
+    """The rows the fork's probe selected in the tail just decoded (Context.set_select), into the record."""
+    if head.ctx.select > 0:
+        head.notes["n_selected"] = int(head.ctx.selected_count)
 
 
 def context_hook(fn: Callable[[Context], None]) -> Hook:
