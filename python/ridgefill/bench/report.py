@@ -124,7 +124,8 @@ def _routing_table(summary: dict) -> str:
     """Per length and routed mode with its base measured in the same rounds: time(base)/time(routed),
     the median and range over rounds, against bound(routed)/bound(base): what the cost model says
     routing costs. 1.00x would be free; the model's figure is the target."""
-    routed = [(m, parse_mode(m)[0]) for m in summary["modes"] if parse_mode(m)[1] > 0]
+    # a selecting mode (ridge@P^Q) also pays its probe and selected rows: not routing's own cost
+    routed = [(m, parse_mode(m)[0]) for m in summary["modes"] if parse_mode(m)[1] > 0 and selected_share(m) == 0]
     pairs = [(m, base) for m, base in routed if base in summary["modes"]]
     if not pairs:
         return ""
