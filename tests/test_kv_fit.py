@@ -101,6 +101,23 @@ def test_the_previous_row_is_read_where_it_cuts_the_key_error():
     assert "row+lag" in text and "multiply-adds" in text
 
 
+def test_input_and_kv_maps_of_one_capture_share_its_eigendecompositions(monkeypatch):
+    """fit_and_pack's order: input maps, then K/V maps, with one ridge.Designs: x's covariance is decomposed once
+    per width and row set (per-row and lagged; training and all rows), and the maps equal separate fits'."""
+    st, _ = _stats(1.0)
+    alone_in, alone_kv = ridge.fit(st), kv_fit.fit_kv(st)
+    calls = []
+    eigh = np.linalg.eigh
+    monkeypatch.setattr(np.linalg, "eigh", lambda a: calls.append(a.shape) or eigh(a))
+    designs = ridge.Designs()
+    maps = ridge.fit(st, designs=designs)
+    kv = kv_fit.fit_kv(st, designs=designs)
+    assert sorted(calls) == [(D, D), (D, D), (2 * D, 2 * D), (2 * D, 2 * D)]
+    np.testing.assert_array_equal(maps.weights, alone_in.weights)
+    np.testing.assert_array_equal(kv.weights, alone_kv.weights)
+    np.testing.assert_array_equal(kv.weights_prev, alone_kv.weights_prev)
+
+
 def test_kv_sums_save_load_and_merge(tmp_path):
     a, _ = _stats(0.5, seed=0)
     b, _ = _stats(0.5, seed=7)

@@ -23,12 +23,14 @@ import numpy as np
 from ..errors import InputError
 from ..format.maps import KVFit, KVMaps
 from .heldout import heldout_sst
-from .ridge import DEFAULT_GRID, DEFAULT_LAG_GAIN, Candidate, MapKind
+from .ridge import DEFAULT_GRID, DEFAULT_LAG_GAIN, Candidate, Designs, MapKind
 from .stats import CalibrationStats
 
 
-def fit_kv(stats: CalibrationStats, grid=DEFAULT_GRID, lag_gain: float | None = DEFAULT_LAG_GAIN) -> KVMaps:
-    """K/V maps for every late attention layer of statistics captured with K/V targets (CaptureConfig.kv)."""
+def fit_kv(stats: CalibrationStats, grid=DEFAULT_GRID, lag_gain: float | None = DEFAULT_LAG_GAIN,
+           designs: Designs | None = None) -> KVMaps:
+    """K/V maps for every late attention layer of statistics captured with K/V targets (CaptureConfig.kv).
+    `designs`: x's eigendecompositions when the input maps of the same statistics were fitted (ridge.fit)."""
     if stats.kv is None:
         raise InputError("these statistics hold no K/V sums: capture them with --kv")
     stats.check_finite()
@@ -36,8 +38,9 @@ def fit_kv(stats: CalibrationStats, grid=DEFAULT_GRID, lag_gain: float | None = 
     tr, ho = kv.train.with_x(stats.train), kv.heldout.with_x(stats.heldout)
     final = copy.deepcopy(tr)
     final += ho
-    row = MapKind(tr, ho, final, d)
-    lag = MapKind(tr, ho, final, 2 * d) if lag_gain is not None and tr.d >= 2 * d else None
+    designs = designs or Designs()
+    row = MapKind(tr, ho, final, d, designs)
+    lag = MapKind(tr, ho, final, 2 * d, designs) if lag_gain is not None and tr.d >= 2 * d else None
     fit = lambda kind, j: kind.layer(j, grid, blend=False)
     c_row = [fit(row, j) for j in range(tr.m)]
     c_lag = [fit(lag, j) for j in range(tr.m)] if lag else [None] * tr.m

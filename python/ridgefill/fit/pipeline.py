@@ -119,9 +119,10 @@ def fit_and_pack(base, stats: CalibrationStats, out, map_type: str = "f16",
     `kind` "kv" writes them into the GGUF in place of the input maps."""
     grid = ridge.DEFAULT_GRID if lam is None else (lam,)
     keys = key_projections(base, stats)
-    maps = ridge.fit(stats, blend=blend, grid=grid, lag_gain=lag_gain, keys=keys, lag_keys=lag_keys)
+    designs = ridge.Designs()  # one eigendecomposition of x for the input maps and the K/V maps
+    maps = ridge.fit(stats, blend=blend, grid=grid, lag_gain=lag_gain, keys=keys, lag_keys=lag_keys, designs=designs)
     if stats.kv is not None:
-        maps.kv = kv_fit.fit_kv(stats, grid, lag_gain)
+        maps.kv = kv_fit.fit_kv(stats, grid, lag_gain, designs)
     if stats.inputs.basis is not None:
         report = window_fit.add_window(maps, stats, grid, keys, window_gain, ranks)
         if on_window:

@@ -75,6 +75,19 @@ class _Eig:
         return w, mu_y - w @ self.mu_x
 
 
+class Designs:
+    """The eigendecompositions of one capture's x (its training rows; its training and held-out rows together),
+    by input width: the maps fitted from one capture (input maps, K/V maps) solve against the same ones."""
+
+    def __init__(self):
+        self._eig: dict[tuple[str, int], _Eig] = {}
+
+    def eig(self, rows: str, mom: Moments) -> _Eig:
+        if (rows, mom.d) not in self._eig:
+            self._eig[rows, mom.d] = _Eig(mom)
+        return self._eig[rows, mom.d]
+
+
 @dataclass
 class Candidate:
     """One kind of map (per-row or lagged) for one layer: λ chosen, blended, refitted."""
@@ -92,11 +105,12 @@ class Candidate:
 class MapKind:
     """A map input (the first d_in columns of the statistics' x) with its eigendecompositions."""
 
-    def __init__(self, tr: Moments, ho: Moments, final: Moments | None, d_in: int):
+    def __init__(self, tr: Moments, ho: Moments, final: Moments | None, d_in: int, designs: Designs | None = None):
+        designs = designs or Designs()
         self.tr, self.ho = tr.head(d_in), ho.head(d_in)
         self.final = self.tr if final is None else final.head(d_in)
-        self.eig = _Eig(self.tr)
-        self.final_eig = self.eig if final is None else _Eig(self.final)
+        self.eig = designs.eig("train", self.tr)
+        self.final_eig = self.eig if final is None else designs.eig("final", self.final)
 
     def layer(self, j: int, grid, blend: bool, keys: np.ndarray | None = None) -> Candidate:
         """`keys`: the layer's key projection P (key_space.py), to measure the held-out key error too."""
@@ -127,13 +141,14 @@ def _lag_pays(c_row: Candidate, c_lag: Candidate, gain: float, keys: bool) -> bo
 
 def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blend: bool = True,
         lag_gain: float | None = DEFAULT_LAG_GAIN, keys: dict[int, np.ndarray] | None = None,
-        lag_keys: bool = False) -> Maps:
+        lag_keys: bool = False, designs: Designs | None = None) -> Maps:
     """Maps for every late layer. When the previous row's split state cuts some layer's held-out input
     error (with `lag_keys`, or its key error) by at least `lag_gain` (a share; None: never), the split
     skipped a layer that moves the previous row into each row, and every layer whose held-out input error
     the previous row lowers at all gets a lagged map (one more d x d product per filled row); otherwise
     every map reads its own row only. `keys`: layer -> its key projection (key_space.projections), whose
-    held-out key errors each LayerFit reports."""
+    held-out key errors each LayerFit reports. `designs`: x's eigendecompositions, shared with other fits of
+    the same statistics (K/V maps)."""
     stats.check_finite()
     if len(grid) == 0 or not all(np.isfinite(g) and g > 0 for g in grid):
         raise InputError(f"the λ grid must be finite numbers > 0, not {list(grid)}")
@@ -147,8 +162,9 @@ def fit(stats: CalibrationStats, grid=DEFAULT_GRID, refit_all: bool = True, blen
     if refit_all:
         final = copy.deepcopy(tr)
         final += ho
-    row = MapKind(tr, ho, final, d)
-    lag = MapKind(tr, ho, final, 2 * d) if lag_gain is not None and tr.d >= 2 * d else None
+    designs = designs or Designs()
+    row = MapKind(tr, ho, final, d, designs)
+    lag = MapKind(tr, ho, final, 2 * d, designs) if lag_gain is not None and tr.d >= 2 * d else None
 
     fits, weights, biases = [], np.empty((tr.m, d, d), np.float32), np.empty((tr.m, d), np.float32)
     weights_prev = np.zeros((tr.m, d, d), np.float32)
