@@ -219,6 +219,39 @@ def test_items_follow_rulers_definitions(smollm2, items_4k):
     assert [w for w, _ in counts.most_common(4)] == ["...", *fwe.answers]
 
 
+def test_the_question_moves_before_the_context_and_the_prompt_ends_naming_nothing():
+    from ridgefill.evals.ruler import niah, vt
+    from ridgefill.evals.ruler.prompt import frame
+
+    head, tail = frame(niah.TEMPLATE, niah.ANSWER_PREFIX, niah.ASKED_PREFIX)
+    assert head + "{context}" + tail == niah.TEMPLATE + niah.ANSWER_PREFIX  # RULER's, untouched
+    head, tail = frame(vt.TEMPLATE, vt.ANSWER_PREFIX, vt.ASKED_PREFIX, "start")
+    assert head.endswith("Question: Find all variables that are assigned the value {query} in the text below.\n")
+    assert "{query}" not in tail and tail.startswith("\nAnswer:")
+    with pytest.raises(InputError, match="question place"):
+        frame(vt.TEMPLATE, vt.ANSWER_PREFIX, vt.ASKED_PREFIX, "middle")
+
+
+@pytest.mark.slow
+def test_question_first_items_draw_the_same_and_name_their_keys_only_before_the_context(smollm2, items_4k):
+    """`--ruler-question start`: the item's draws (answers, keys, haystack) are the RULER item's; the query
+    (a niah key, vt's value) is named before the first evidence row and nowhere after the last one."""
+    for name in TASKS:
+        end = items_4k[name][0]
+        start = tasks.build(smollm2, name, 4096, 0, 0, question="start")
+        assert start.answers == end.answers and start.id == end.id + "/q-start", name
+        assert start.prompt_tokens + start.n_new <= 4096 and start.meta["question"] == "start"
+        if name.startswith("niah") or name == "vt":
+            text = smollm2.detokenize(end.tokens)  # the question is the last one the RULER prompt asks
+            query = re.findall(r"for (.+?) mentioned in the provided text\?|the value (\d+) in the text above", text)
+            query = [g for g in query[-1] if g][0].split(", ")[0]
+            first, last = start.evidence[0][0], start.evidence[-1][1]
+            assert query in smollm2.detokenize(start.tokens[:first]), name
+            assert query not in smollm2.detokenize(start.tokens[last:]), name
+    with pytest.raises(InputError, match="question place"):
+        tasks.generate(smollm2, "vt", 4096, 1, seed=0, question="middle")
+
+
 @pytest.mark.slow
 def test_items_are_seeded_and_round_trip(smollm2, items_4k, tmp_path):
     again = tasks.generate(smollm2, "niah_multivalue", 4096, 2, seed=0)

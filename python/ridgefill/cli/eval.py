@@ -68,6 +68,9 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     list_option(p, "--ruler-tasks", metavar="TASK", help="RULER tasks by RULER's names (default: all 11 that run "
                                                          "offline: niah_single_1..3, niah_multikey_1..3, "
                                                          "niah_multivalue, niah_multiquery, vt, cwe, fwe)")
+    p.add_argument("--ruler-question", choices=("end", "start"), default=None,
+                   help="where RULER's question sits: end (RULER's, after the context; default) or start (before "
+                        "it, the prompt ending in an answer prefix that names nothing: what selection cannot read)")
     p.add_argument("--items", type=int, metavar="N", help="needle (and RULER) items per task and length")
     p.add_argument("--docs", type=int, metavar="N", help="documents per length for the loss")
     p.add_argument("--window", type=int, metavar="W", help="short-context window of the distant-token criterion")
@@ -82,7 +85,7 @@ def plan_from_args(args) -> profiles.Plan:
     return profiles.get(args.profile).with_(
         lengths=args.lengths, tails=args.tail, splits=args.split, sinks=args.sinks, seed=args.seed,
         needle_tasks=args.needle_tasks, needle_items=args.items, loss_items=args.docs, window=args.window,
-        ruler_tasks=args.ruler_tasks, ruler_items=args.items,
+        ruler_tasks=args.ruler_tasks, ruler_items=args.items, ruler_question=args.ruler_question,
         n_boot=args.bootstrap, tasks=args.tasks or args.eval_tasks)
 
 

@@ -26,6 +26,7 @@ class Plan:
     tasks: tuple[str, ...] = ("needle", "loss")  # and "ruler": RULER's task family (evals.ruler)
     ruler_tasks: tuple[str, ...] = RULER_TASKS
     ruler_items: int = 1  # per RULER task and length
+    ruler_question: str = "end"  # where RULER's question sits: RULER's "end", or "start" (before the context)
     seed: int = 0
     n_boot: int = 10_000
 

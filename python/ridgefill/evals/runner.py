@@ -86,11 +86,13 @@ def make_items(model, plan: Plan, item_dir: Path) -> dict[str, list]:
                     model, spec, n, plan.sinks, tail, plan.needle_items, plan.seed))
         if "ruler" in plan.tasks:
             for name in plan.ruler_tasks:
+                q = plan.ruler_question
                 params = {"task": name, "n_tokens": n, "n_items": plan.ruler_items, "seed": plan.seed,
-                          "tokenizer": tokenizer_id(model)}
+                          "tokenizer": tokenizer_id(model)} | ({} if q == "end" else {"question": q})
                 out["ruler"] += items_io.load_or_make(
-                    item_dir / f"ruler-{name}-N{n}.json", "ruler", params, per_index=True,
-                    make=lambda start: ruler.generate(model, name, n, plan.ruler_items, plan.seed, start))
+                    item_dir / f"ruler-{name}-N{n}{'' if q == 'end' else '-q-' + q}.json", "ruler", params,
+                    per_index=True, make=lambda start: ruler.generate(model, name, n, plan.ruler_items, plan.seed,
+                                                                      start, q))
         if "loss" in plan.tasks:
             params = {"n_tokens": n, "n_items": plan.loss_items, "seed": plan.seed, "tokenizer": tokenizer_id(model)}
             out["loss"] += items_io.load_or_make(item_dir / f"loss-N{n}.json", "loss", params,

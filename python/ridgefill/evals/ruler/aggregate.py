@@ -15,7 +15,7 @@ import string
 import numpy as np
 
 from . import words
-from .prompt import Piece, joined
+from .prompt import Piece, frame, joined
 
 CWE_TEMPLATE = ("Below is a numbered list of words. In these words, some appear more often than others. Memorize the "
                 "ones that appear most often.\n{context}\nQuestion: What are the 10 most common words in the above "
@@ -47,13 +47,13 @@ def _numbered(listed: list[str]) -> list[str]:
     return [f"{i + 1}. {w}" for i, w in enumerate(listed)]
 
 
-def cwe_pieces(seed, target: int, count: int) -> tuple[list[Piece], list[str]]:
+def cwe_pieces(seed, target: int, count: int, where: str = "end") -> tuple[list[Piece], list[str]]:
     """(prompt pieces, the 10 common words) for a list drawn from `count` distinct words."""
     rng = np.random.default_rng(seed)
     (n_ex, c_ex, u_ex), (c, u) = cwe_repeats(target)
     ex_list, ex_top = _word_list(rng, n_ex, c_ex, u_ex)
     listed, top = _word_list(rng, max(count, NUM_CW + 1), c, u)
-    head, tail = (CWE_TEMPLATE + CWE_PREFIX).split("{context}")
+    head, tail = frame(CWE_TEMPLATE, CWE_PREFIX, CWE_PREFIX, where)  # the question names no row: same prefix
     example = head + " ".join(_numbered(ex_list)) + tail + " " + " ".join(_numbered(ex_top)) + "\n" + head
     common = set(top)
     context = joined(_numbered(listed), " ", lambda i: listed[i] in common)
@@ -73,7 +73,7 @@ def fwe_vocab(seed, target: int) -> list[str]:
     return out
 
 
-def fwe_pieces(seed, vocab: list[str], count: int) -> tuple[list[Piece], list[str]]:
+def fwe_pieces(seed, vocab: list[str], count: int, where: str = "end") -> tuple[list[Piece], list[str]]:
     """(prompt pieces, the three most frequent coded words) for `count` words of Zipf text."""
     rng = np.random.default_rng([*seed, 2])
     k = np.arange(1, len(vocab) + 1)
@@ -81,7 +81,7 @@ def fwe_pieces(seed, vocab: list[str], count: int) -> tuple[list[Piece], list[st
     text = [w for w, n in zip(vocab, counts) for _ in range(n)]
     text = [text[i] for i in rng.permutation(len(text))]
     answer = vocab[1:4]
-    head, tail = (FWE_TEMPLATE + FWE_PREFIX).split("{context}")
+    head, tail = frame(FWE_TEMPLATE, FWE_PREFIX, FWE_PREFIX, where)
     wanted = set(answer)
     context = [Piece(" " + w, w in wanted) for w in text]
     return [Piece(head.rstrip(" "))] + context + [Piece(tail)], answer

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import words
 from .. import haystack
-from .prompt import Piece, joined
+from .prompt import Piece, frame, joined
 from ...sources import corpus
 
 NOISE = haystack.NOISE.strip()  # RULER's "repeat" haystack sentence
@@ -27,6 +27,7 @@ TEMPLATE = ("Some special magic {type_needle_v} are hidden within the following 
             "I will quiz you about the {type_needle_v} afterwards.\n{context}\nWhat are all the special magic "
             "{type_needle_v} for {query} mentioned in the provided text?")
 ANSWER_PREFIX = " The special magic {type_needle_v} for {query} mentioned in the provided text are"
+ASKED_PREFIX = " The special magic {type_needle_v} asked for above are"  # the question before the context
 DEPTHS = np.round(np.linspace(0, 100, num=40, endpoint=True)).astype(int)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 
@@ -58,17 +59,18 @@ def essay_sentences() -> tuple[str, ...]:
     return tuple(out)
 
 
-def template(cfg: Niah) -> tuple[str, str]:
-    """(template with answer prefix, type_needle_v), singular where one value is asked (as RULER)."""
-    text, kind = TEMPLATE + ANSWER_PREFIX, cfg.type_v
+def template(cfg: Niah, where: str = "end") -> tuple[str, str, str]:
+    """(text before the context, text after it, type_needle_v), singular where one value is asked (as RULER);
+    `where`: the question's place (prompt.frame)."""
+    texts, kind = [TEMPLATE, ANSWER_PREFIX, ASKED_PREFIX], cfg.type_v
     if cfg.num_q * cfg.num_v == 1:
         for a, b in (("Some", "A"), ("are all", "is"), ("are", "is"), ("answers", "answer")):
-            text = text.replace(a, b)
+            texts = [t.replace(a, b) for t in texts]
         kind = kind[:-1]
-    return text, kind
+    return *frame(*texts, where), kind
 
 
-def pieces(cfg: Niah, seed, count: int) -> tuple[list[Piece], list[str]]:
+def pieces(cfg: Niah, seed, count: int, where: str = "end") -> tuple[list[Piece], list[str]]:
     """(prompt pieces, answers) with `count` haystack units (sentences or distractors)."""
     rng = np.random.default_rng(seed)
     num_k = max(cfg.num_k, cfg.num_q)
@@ -79,9 +81,9 @@ def pieces(cfg: Niah, seed, count: int) -> tuple[list[Piece], list[str]]:
     asked = [keys[i] for i in rng.choice(num_k, cfg.num_q, replace=False)]
     context = _context(cfg, rng, count, needles, set(asked))
     query = ", ".join(asked[:-1]) + ", and " + asked[-1] if len(asked) > 1 else asked[0]
-    text, kind = template(cfg)
-    head, tail = text.split("{context}")
-    out = [Piece(head.format(type_needle_v=kind))] + context + [Piece(tail.format(type_needle_v=kind, query=query))]
+    head, tail, kind = template(cfg, where)
+    out = [Piece(head.format(type_needle_v=kind, query=query))] + context + \
+        [Piece(tail.format(type_needle_v=kind, query=query))]
     return out, [v for k in asked for v in values[keys.index(k)]]
 
 

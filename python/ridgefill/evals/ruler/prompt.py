@@ -50,6 +50,24 @@ class Tokens:
         return np.concatenate(parts).astype(np.int32), spans
 
 
+QUESTION_PLACES = ("end", "start")  # RULER's: the question after the context; or before it
+
+
+def frame(template: str, prefix: str, asked: str, where: str = "end") -> tuple[str, str]:
+    """(text before the context, text after it) of a RULER template whose `{context}` is followed by the
+    question and then the answer prefix `prefix`. where="start": the question moves before the context (its
+    "above" read as "below") and the prompt ends with `asked`, an answer prefix that does not name what the
+    question asks for, so nothing after the context says which rows hold the answer."""
+    head, tail = (template + prefix).split("{context}")
+    if where == "end":
+        return head, tail
+    if where != "start":
+        raise InputError(f"question place {where!r}: one of {', '.join(QUESTION_PLACES)}")
+    question = tail[: len(tail) - len(prefix)].strip()
+    question = question.replace("the above ", "the following ").replace(" above", " below")
+    return head + question + "\n", "\n" + asked.strip()
+
+
 def joined(texts: list[str], sep: str, evidence: Callable[[int], bool] = lambda i: False) -> list[Piece]:
     """`sep.join(texts)` as pieces: each text after the first carries the separator in front."""
     return [Piece(t if i == 0 else sep + t, evidence(i)) for i, t in enumerate(texts)]

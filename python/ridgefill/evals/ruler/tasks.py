@@ -14,7 +14,7 @@ from typing import Callable
 from . import aggregate, niah, vt
 from .item import RulerItem
 from .metrics import METRICS
-from .prompt import Tokens, fit
+from .prompt import QUESTION_PLACES, Tokens, fit
 from .words import common_pool
 from ...errors import InputError
 
@@ -54,38 +54,44 @@ def get(name: str) -> Task:
     return BY_NAME[name]
 
 
-def _builder(task: Task, tokens: Tokens, seed, target: int) -> tuple[Callable[[int], tuple], int, int | None]:
+def _builder(task: Task, tokens: Tokens, seed, target: int,
+             where: str = "end") -> tuple[Callable[[int], tuple], int, int | None]:
     """(count -> (pieces, answers), smallest count, largest count) for one item."""
     if task.niah is not None:
         least = max(task.niah.num_k, task.niah.num_q) * task.niah.num_v
-        return (lambda c: niah.pieces(task.niah, seed, c)), least, None
+        return (lambda c: niah.pieces(task.niah, seed, c, where)), least, None
     if task.name == "vt":
-        ex = vt.example(tokens, seed)
-        return (lambda c: vt.pieces(ex, seed, c)), 1, None
+        ex = vt.example(tokens, seed, where)
+        return (lambda c: vt.pieces(ex, seed, c, where)), 1, None
     if task.name == "cwe":
-        return (lambda c: aggregate.cwe_pieces(seed, target, c)), aggregate.NUM_CW + 1, len(common_pool())
+        return (lambda c: aggregate.cwe_pieces(seed, target, c, where)), aggregate.NUM_CW + 1, len(common_pool())
     vocab = aggregate.fwe_vocab(seed, target)
-    return (lambda c: aggregate.fwe_pieces(seed, vocab, c)), len(vocab), None
+    return (lambda c: aggregate.fwe_pieces(seed, vocab, c, where)), len(vocab), None
 
 
-def build(model, name: str, target: int, seed: int, index: int, tokens: Tokens | None = None) -> RulerItem:
-    """Item `index` of task `name` at target length `target`."""
+def build(model, name: str, target: int, seed: int, index: int, tokens: Tokens | None = None,
+          question: str = "end") -> RulerItem:
+    """Item `index` of task `name` at target length `target`; `question`: its place (prompt.frame): RULER's
+    "end", or "start" (before the context; the item's id ends in /q-start, its draws are the end item's)."""
     task = get(name)
     tokens = tokens or Tokens(model)
     item_seed = [seed, TASKS.index(name), target, index]
-    make, least, most = _builder(task, tokens, item_seed, target)
+    make, least, most = _builder(task, tokens, item_seed, target, question)
     count, pieces = fit(tokens, lambda c: make(c)[0], target - task.n_new, f"{name} at {target} tokens",
                         start=least, most=most)
     toks, spans = tokens.assemble(pieces)
-    item_id = f"{name}/N{target}/{index}"
-    return RulerItem(toks, make(count)[1], name, target, spans, task.n_new, item_id, item_id,
-                     {"seed": item_seed, "haystack_units": count})
+    item_id = f"{name}/N{target}/{index}" + ("" if question == "end" else f"/q-{question}")
+    meta = {"seed": item_seed, "haystack_units": count} | ({} if question == "end" else {"question": question})
+    return RulerItem(toks, make(count)[1], name, target, spans, task.n_new, item_id, item_id, meta)
 
 
-def generate(model, name: str, target: int, n_items: int, seed: int, start: int = 0) -> list[RulerItem]:
-    """Items start..n_items-1; item i depends on (name, target, seed, i) alone."""
+def generate(model, name: str, target: int, n_items: int, seed: int, start: int = 0,
+             question: str = "end") -> list[RulerItem]:
+    """Items start..n_items-1; item i depends on (name, target, seed, i, question) alone."""
+    if question not in QUESTION_PLACES:
+        raise InputError(f"RULER question place {question!r}: one of {', '.join(QUESTION_PLACES)}")
     tokens = Tokens(model)
-    return [build(model, name, target, seed, i, tokens) for i in range(start, n_items)]
+    return [build(model, name, target, seed, i, tokens, question) for i in range(start, n_items)]
 
 
 def score(item: RulerItem, prediction: str) -> float:

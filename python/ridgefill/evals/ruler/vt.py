@@ -12,7 +12,7 @@ import string
 
 import numpy as np
 
-from .prompt import Piece, Tokens, fit, joined
+from .prompt import Piece, Tokens, fit, frame, joined
 from .. import haystack
 
 NOISE = haystack.NOISE.strip() + "\n"
@@ -21,6 +21,8 @@ TEMPLATE = ("Memorize and track the chain(s) of variable assignment hidden in th
 # "assgined" is RULER's own spelling; kept so the prompt is RULER's
 ANSWER_PREFIX = (" Answer: According to the chain(s) of variable assignment in the text above, {num_v} variables "
                  "are assgined the value {query}, they are: ")
+ASKED_PREFIX = (" Answer: According to the chain(s) of variable assignment in the text above, {num_v} variables "
+                "are assgined the value asked for, they are: ")  # the question before the context
 NUM_CHAINS, NUM_HOPS = 1, 4
 EXAMPLE_TOKENS, N_NEW = 500, 30
 
@@ -37,29 +39,29 @@ def chain(rng: np.random.Generator, name_len: int) -> tuple[list[str], list[str]
     return names, lines, value
 
 
-def body(rng: np.random.Generator, count: int, name_len: int) -> tuple[list[Piece], list[str]]:
+def body(rng: np.random.Generator, count: int, name_len: int, where: str = "end") -> tuple[list[Piece], list[str]]:
     """(pieces of the template with its answer prefix, the chain's variables) with `count` noise sentences."""
     names, lines, value = chain(rng, name_len)
     units: list[tuple[bool, str]] = [(False, NOISE)] * count
     at = sorted(rng.choice(count, len(lines), replace=False)) if count >= len(lines) else list(range(len(lines)))
     for j, (pos, line) in enumerate(zip(at, lines)):
         units.insert(int(pos) + j, (True, line))
-    text = TEMPLATE + ANSWER_PREFIX
-    head, tail = text.split("{context}")
+    head, tail = frame(TEMPLATE, ANSWER_PREFIX, ASKED_PREFIX, where)
     context = joined([t for _, t in units], " ", lambda i: units[i][0])
-    return [Piece(head)] + context + [Piece(tail.format(query=value, num_v=NUM_HOPS + 1))], names
+    fill = dict(query=value, num_v=NUM_HOPS + 1)
+    return [Piece(head.format(**fill))] + context + [Piece(tail.format(**fill))], names
 
 
-def example(tokens: Tokens, seed) -> list[Piece]:
+def example(tokens: Tokens, seed, where: str = "end") -> list[Piece]:
     """The worked example: a 3-letter chain sized to EXAMPLE_TOKENS, with its answer."""
     def make(count: int) -> list[Piece]:
-        pieces, names = body(np.random.default_rng([*seed, 1]), count, 3)
+        pieces, names = body(np.random.default_rng([*seed, 1]), count, 3, where)
         return pieces + [Piece(" " + " ".join(names) + "\n\n\n\n")]  # RULER: the example's "\n\n", then "\n\n"
 
     return [Piece(p.text) for p in fit(tokens, make, EXAMPLE_TOKENS - N_NEW, "vt example", start=5)[1]]  # not evidence
 
 
-def pieces(ex: list[Piece], seed, count: int) -> tuple[list[Piece], list[str]]:
+def pieces(ex: list[Piece], seed, count: int, where: str = "end") -> tuple[list[Piece], list[str]]:
     """(prompt pieces, answers): the example `ex`, then the task with `count` noise sentences."""
-    main, names = body(np.random.default_rng([*seed, 0]), count, 5)
+    main, names = body(np.random.default_rng([*seed, 0]), count, 5, where)
     return ex + main, names
