@@ -59,8 +59,9 @@ def coverage(item, rows: np.ndarray, lo: int, hi: int) -> float | None:
     return len(ev & set(rows.tolist())) / len(ev) if ev else None
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(doc: str, per_task: int) -> argparse.Namespace:
+    """The options this script and pool_scope.py share."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--items", required=True, type=Path)
     ap.add_argument("--split", required=True, type=int)
@@ -68,9 +69,13 @@ def main() -> None:
     ap.add_argument("--tail", type=int, default=1024)
     ap.add_argument("--probe", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--per-task", type=int, default=6, help="the first items of each task (default 6)")
+    ap.add_argument("--per-task", type=int, default=per_task, help=f"the first items of each task (default {per_task})")
     ap.add_argument("--out", required=True, type=Path)
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    a = arguments(__doc__, 6)
     cache = a.out / "scores"
     cache.mkdir(parents=True, exist_ok=True)
     model = Model(a.model)

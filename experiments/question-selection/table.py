@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """RULER-11 of the selection splices beside exact, ridge and the evidence ceiling, with paired intervals.
 
-    experiments/question-selection/table.py [--split S] --exact STORE[:VARIANT] STORE [STORE ...] [--ref VARIANT]
+    experiments/question-selection/table.py [--split S] --exact STORE[:VARIANT] STORE[:SPLIT][=NAME] ... [--ref VARIANT]
 
-Each STORE is a `ridgefill eval ruler` output directory; every variant found in them (at --split) is a row. The
+Each STORE is a `ridgefill eval ruler` output directory; every variant found in them (at --split) is a row. A
+STORE:SPLIT reads that store at another split and names its rows `VARIANT (split SPLIT)`; STORE=NAME names them
+`VARIANT (NAME)` (a store whose variants another store has too: another tail). The
 average is RULER's (the mean of the task means); differences are paired per item and resampled within their task
 (ridgefill.evals.stats.stratified_paired_bootstrap, 10^4 replicates, seed 0) on the items every row measured.
 Columns: the score, its difference to exact, to ridge (the plain fill, --ref) and to the evidence ceiling, the
@@ -63,10 +65,13 @@ def main() -> None:
     store, _, ev = a.exact.partition(":")
     exact = records(store, None)[ev or "exact"]
     rows: dict[str, dict[str, dict]] = {}
-    for s in a.stores:
-        for v, recs in records(s, a.split).items():
+    for spec in a.stores:
+        spec, _, name = spec.partition("=")
+        path, _, at = spec.partition(":")
+        name = name or (f"split {at}" if at else "")
+        for v, recs in records(path, int(at) if at else a.split).items():
             if v != "exact" and (a.variants is None or v in a.variants):
-                rows.setdefault(v, {}).update(recs)
+                rows.setdefault(f"{v} ({name})" if name else v, {}).update(recs)
     items = sorted(set(exact).intersection(*rows.values()))
     ref, ceiling = rows.get(a.ref), rows.get(a.ceiling)
     print(f"{len(items)} items, {len({exact[i]['group'] for i in items})} tasks\n")
