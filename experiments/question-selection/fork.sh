@@ -16,12 +16,14 @@ T=$R/fork-ttft-4k
 [ -f $T.json ] || .venv/bin/ridgefill bench ttft --model $G --lengths 4096 --runs "${RUNS:-5}" \
   --modes exact ridge "ridge^10" --paths bench --threads "$THREADS" --sinks 4 --tail 1024 --json-out $T.json | tee $T.md
 S=$R/ruler-4k-lagkeys-fork
-mkdir -p $S/items
-for f in $F/eval/items/ruler-*N4096.json; do ln -sfn "../../../../../$f" "$S/items/$(basename "$f")"; done
-.venv/bin/ridgefill eval ruler --model $G --split 12 --sinks 4 --tail 1024 --lengths 4096 \
-  --modes "ridge^10" --threads "$THREADS" --no-plots --quiet --items 6 --out $S
-.venv/bin/python experiments/question-selection/table.py --split 12 --exact $F/eval $R/ruler-4k-lagkeys $S \
-  --variants ridge ridge-evidence ridge-select10-Lall-max63 "ridge^10" | tee $R/ruler-4k-lagkeys-fork.md
+if [ ! -f $R/ruler-4k-lagkeys-fork.md ]; then  # done on 2026-12-06: a refit elsewhere digests differently
+  mkdir -p $S/items
+  for f in $F/eval/items/ruler-*N4096.json; do ln -sfn "../../../../../$f" "$S/items/$(basename "$f")"; done
+  .venv/bin/ridgefill eval ruler --model $G --split 12 --sinks 4 --tail 1024 --lengths 4096 \
+    --modes "ridge^10" --threads "$THREADS" --no-plots --quiet --items 6 --out $S
+  .venv/bin/python experiments/question-selection/table.py --split 12 --exact $F/eval $R/ruler-4k-lagkeys $S \
+    --variants ridge ridge-evidence ridge-select10-Lall-max63 "ridge^10" | tee $R/ruler-4k-lagkeys-fork.md
+fi
 # Step 3: a shorter tail. The selected rows give the question's evidence exact K/V wherever it lies, so the exact tail
 # need not hold it: tail 512 (cost model: ridge^10 1.51x where tail 1024 gives 1.36x), TTFT and RULER as above.
 TAIL2=${TAIL2:-512}

@@ -50,7 +50,8 @@ def diff(a: dict, b: dict, items: list[str]) -> str:
 def selected(recs: dict[str, dict], items: list[str]) -> str:
     n = [recs[i]["n_selected"] / max(1, recs[i]["n_filled"]) for i in items if "n_selected" in recs[i]]
     ev = [recs[i]["evidence_selected"] for i in items if recs[i].get("evidence_selected") is not None]
-    return (f"{100 * np.mean(n):.1f} % | {100 * np.mean(ev):.0f} %") if n else " | "
+    covered = f"{100 * np.mean(ev):.0f} %" if ev else ""  # the fork's records do not know the evidence rows
+    return f"{100 * np.mean(n):.1f} % | {covered}" if n else " | "
 
 
 def main() -> None:
