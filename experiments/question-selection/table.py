@@ -41,6 +41,8 @@ def ruler_mean(recs: dict[str, dict], items: list[str]) -> float:
 
 def diff(a: dict, b: dict, items: list[str]) -> str:
     tasks = sorted({a[i]["group"] for i in items})
+    if len(items) == len(tasks):  # one item a task: a bootstrap within tasks has nothing to resample
+        return f"{ruler_mean(a, items) - ruler_mean(b, items):+.1f} (one item a task: no interval)"
     iv = stats.stratified_paired_bootstrap([[a[i]["score"] - b[i]["score"] for i in items if a[i]["group"] == t]
                                             for t in tasks])
     bold = "**" if iv.lo > 0 or iv.hi < 0 else ""
