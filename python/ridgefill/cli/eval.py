@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .args import add_gpu_layers, list_option
 from ..evals import profiles
+from ..evals.ruler.prompt import QUESTION_PLACES
 
 COMMANDS = {
     "needle": (("needle",), "needle retrieval with every needle inside the filled region [k, N-T)"),
@@ -68,7 +69,7 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     list_option(p, "--ruler-tasks", metavar="TASK", help="RULER tasks by RULER's names (default: all 11 that run "
                                                          "offline: niah_single_1..3, niah_multikey_1..3, "
                                                          "niah_multivalue, niah_multiquery, vt, cwe, fwe)")
-    p.add_argument("--ruler-question", choices=("end", "start"), default=None,
+    p.add_argument("--ruler-question", choices=QUESTION_PLACES, default=None,
                    help="where RULER's question sits: end (RULER's, after the context; default) or start (before "
                         "it, the prompt ending in an answer prefix that names nothing: what selection cannot read)")
     p.add_argument("--items", type=int, metavar="N", help="needle (and RULER) items per task and length")

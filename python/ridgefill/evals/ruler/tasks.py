@@ -14,7 +14,7 @@ from typing import Callable
 from . import aggregate, niah, vt
 from .item import RulerItem
 from .metrics import METRICS
-from .prompt import QUESTION_PLACES, Tokens, fit
+from .prompt import Tokens, fit
 from .words import common_pool
 from ...errors import InputError
 
@@ -88,8 +88,6 @@ def build(model, name: str, target: int, seed: int, index: int, tokens: Tokens |
 def generate(model, name: str, target: int, n_items: int, seed: int, start: int = 0,
              question: str = "end") -> list[RulerItem]:
     """Items start..n_items-1; item i depends on (name, target, seed, i, question) alone."""
-    if question not in QUESTION_PLACES:
-        raise InputError(f"RULER question place {question!r}: one of {', '.join(QUESTION_PLACES)}")
     tokens = Tokens(model)
     return [build(model, name, target, seed, i, tokens, question) for i in range(start, n_items)]
 
