@@ -8,16 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 R=experiments/question-selection/results
-W=${WORK:-$HOME/.cache/ridgefill/experiments/question-selection}
 F=bench/results/frontier-qwen2.5-coder-0.5b-4k
-M=$(.venv/bin/ridgefill model fetch qwen2.5-coder-0.5b)
 THREADS=${THREADS:-2}
 SPLIT=${SPLIT:-15}
-G=$W/s$SPLIT-lagkeys.gguf
-mkdir -p $W
-[ -f $W/stats-s$SPLIT.npz ] || .venv/bin/ridgefill calibrate "$M" --split $SPLIT --tokens 65536 --threads "$THREADS" \
-  -o $W/stats-s$SPLIT.npz
-[ -f $G ] || .venv/bin/ridgefill fit "$M" --stats $W/stats-s$SPLIT.npz --lag-keys -o $G > $R/fit-s$SPLIT-lagkeys.txt
+G=$(SPLIT=$SPLIT experiments/question-selection/lagkeys.sh)
 T=$R/ttft-4k-s$SPLIT
 [ -f $T.json ] || .venv/bin/ridgefill bench ttft --model $G --lengths 4096 --runs "${RUNS:-5}" --modes exact ridge \
   --paths bench --threads "$THREADS" --sinks 4 --tail 1024 --json-out $T.json | tee $T.md

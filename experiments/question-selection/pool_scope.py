@@ -7,7 +7,7 @@ The fork (and the splice it builds) scores every row by the attention the prompt
 layers, max-pools over 63 positions centred on each row, and takes the top q % of the filled rows [sinks, N - tail).
 The sinks draw most of every head's attention and the tail's rows next to the fill range draw the probe's local
 attention, so pooling over every row hands their scores to the first and last 31 filled rows. Here, per item (the
-scores recall.py keeps in OUT/scores/, computed the same way), for q = 5 and 10 %: the share of the picks within 31
+scores recall.py keeps in OUT/scores/, computed the same way), for q = 5, 10 and 20 %: the share of the picks within 31
 rows of either end of the fill range, and the evidence rows covered, when the pooling reads every row (the fork
 today) and when it reads the filled rows' scores only (zero elsewhere). RULER's average of the task means.
 """
@@ -25,7 +25,7 @@ from ridgefill.evals import select  # noqa: E402
 from ridgefill.fit.attention import attention_layers  # noqa: E402
 from ridgefill.runtime import Model  # noqa: E402
 
-POOL, EDGE, SHARES = ("max", 63), 31, (0.05, 0.10)
+POOL, EDGE, SHARES = ("max", 63), 31, (0.05, 0.10, 0.20)
 
 
 def picks(scores: np.ndarray, lo: int, hi: int, q: float, fill_only: bool) -> np.ndarray:
@@ -66,11 +66,12 @@ def main() -> None:
         for fill_only in (False, True):
             lines.append(f"| {100 * q:g} % | {'the filled rows' if fill_only else 'every row (the fork)'} | "
                          f"{task_mean(edge[q, fill_only]):.1f} % | {task_mean(cover[q, fill_only]):.1f} % |")
-    lines += ["", "By task, q = 10 %: evidence covered, every row / the filled rows:", "",
-              "| task | every row | the filled rows |", "| --- | --- | --- |"]
-    for task in sorted(cover[0.10, False]):
-        lines.append(f"| {task} | {100 * np.mean(cover[0.10, False][task]):.1f} | "
-                     f"{100 * np.mean(cover[0.10, True][task]):.1f} |")
+    lines += ["", "By task: evidence covered (%), pooling over every row / over the filled rows:", "",
+              "| task | " + " | ".join(f"q = {100 * q:g} %" for q in SHARES) + " |",
+              "| --- | " + " | ".join("---" for _ in SHARES) + " |"]
+    for task in sorted(cover[SHARES[0], False]):
+        lines.append(f"| {task} | " + " | ".join(f"{100 * np.mean(cover[q, False][task]):.1f} / "
+                                                  f"{100 * np.mean(cover[q, True][task]):.1f}" for q in SHARES) + " |")
     (a.out / "pool-scope.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

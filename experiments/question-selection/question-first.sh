@@ -18,6 +18,9 @@ S=$R/ruler-4k-lagkeys-qstart
   --out $S
 .venv/bin/python experiments/question-selection/table.py --split 12 --exact $S $S --variants ridge "ridge^10" \
   | tee $R/ruler-4k-lagkeys-qstart.md
+# the same draws with the question at the end: the frontier's exact, run.sh's plain fill, fork.sh's ridge^10
+.venv/bin/python experiments/question-selection/table.py --split 12 --exact bench/results/frontier-qwen2.5-coder-0.5b-4k/eval \
+  --same-items $S $R/ruler-4k-lagkeys $R/ruler-4k-lagkeys-fork --variants ridge "ridge^10" | tee $R/ruler-4k-lagkeys-qend.md
 [ "${LOSS:-1}" = 1 ] || exit 0
 L=$R/loss-4k-lagkeys-select
 mkdir -p $L/items

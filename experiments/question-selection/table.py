@@ -2,6 +2,7 @@
 """RULER-11 of the selection splices beside exact, ridge and the evidence ceiling, with paired intervals.
 
     experiments/question-selection/table.py [--split S] --exact STORE[:VARIANT] STORE[:SPLIT][=NAME] ... [--ref VARIANT]
+                                            [--same-items STORE]
 
 Each STORE is a `ridgefill eval ruler` output directory; every variant found in them (at --split) is a row. A
 STORE:SPLIT reads that store at another split and names its rows `VARIANT (split SPLIT)`; STORE=NAME names them
@@ -10,6 +11,8 @@ average is RULER's (the mean of the task means); differences are paired per item
 (ridgefill.evals.stats.stratified_paired_bootstrap, 10^4 replicates, seed 0) on the items every row measured.
 Columns: the score, its difference to exact, to ridge (the plain fill, --ref) and to the evidence ceiling, the
 rows selected per prompt (% of the filled rows) and the share of the evidence rows they cover; then per task.
+--same-items STORE keeps the items STORE holds in another variant of the prompt (`/q-start`: the question first),
+so a variant's scores read beside the same draws' with the question at the end.
 """
 
 import argparse
@@ -32,6 +35,11 @@ def records(store: str, split: int | None) -> dict[str, dict[str, dict]]:
         if r["task"] == "ruler" and (split is None or r["split"] in (split, None)):
             out.setdefault(r["variant"], {})[r["item"]] = r
     return out
+
+
+def base_item(item: str) -> str:
+    """An item's id without its question-place suffix (`niah_single_1/N4096/0/q-start` -> `niah_single_1/N4096/0`)."""
+    return item.split("/q-")[0]
 
 
 def ruler_mean(recs: dict[str, dict], items: list[str]) -> float:
@@ -63,6 +71,7 @@ def main() -> None:
     ap.add_argument("--ref", default="ridge", help="the plain fill's variant (default ridge)")
     ap.add_argument("--ceiling", default="ridge-evidence")
     ap.add_argument("--variants", nargs="+", help="the rows, in this order (default: every variant found)")
+    ap.add_argument("--same-items", help="keep only the items (by base id) this store holds")
     ap.add_argument("stores", nargs="+")
     a = ap.parse_args()
     store, _, ev = a.exact.partition(":")
@@ -76,6 +85,9 @@ def main() -> None:
             if v != "exact" and (a.variants is None or v in a.variants):
                 rows.setdefault(f"{v} ({name})" if name else v, {}).update(recs)
     items = sorted(set(exact).intersection(*rows.values()))
+    if a.same_items:
+        keep = {base_item(i) for recs in records(a.same_items, None).values() for i in recs}
+        items = [i for i in items if base_item(i) in keep]
     ref, ceiling = rows.get(a.ref), rows.get(a.ceiling)
     print(f"{len(items)} items, {len({exact[i]['group'] for i in items})} tasks\n")
     print("| variant | RULER | − exact | − " + a.ref + " | − ceiling | rows selected | evidence rows covered |")
