@@ -21,8 +21,7 @@ T=$R/fork-ttft-4k-$P
 [ -f $T.json ] || .venv/bin/ridgefill bench ttft --model $G --lengths 4096 --runs "${RUNS:-5}" \
   --modes exact "ridge^$Q" --paths bench --threads "$THREADS" --sinks 4 --tail $TAIL --json-out $T.json | tee $T.md
 S=$R/ruler-4k-lagkeys-fork-$P
-mkdir -p $S/items
-for f in $F/eval/items/ruler-*N4096.json; do ln -sfn "../../../../../$f" "$S/items/$(basename "$f")"; done
+experiments/question-selection/link-items.sh $F/eval $S
 .venv/bin/ridgefill eval ruler --model $G --split $SPLIT --sinks 4 --tail $TAIL --lengths 4096 --modes "ridge^$Q" \
   --threads "$THREADS" --no-plots --quiet --items 6 --out $S
 .venv/bin/python experiments/question-selection/table.py --split 12 --exact $F/eval $R/ruler-4k-lagkeys \

@@ -17,8 +17,7 @@ T=$R/fork-ttft-4k
   --modes exact ridge "ridge^10" --paths bench --threads "$THREADS" --sinks 4 --tail 1024 --json-out $T.json | tee $T.md
 S=$R/ruler-4k-lagkeys-fork
 if [ ! -f $R/ruler-4k-lagkeys-fork.md ]; then  # done on 2026-12-06: a refit elsewhere digests differently
-  mkdir -p $S/items
-  for f in $F/eval/items/ruler-*N4096.json; do ln -sfn "../../../../../$f" "$S/items/$(basename "$f")"; done
+  experiments/question-selection/link-items.sh $F/eval $S
   .venv/bin/ridgefill eval ruler --model $G --split 12 --sinks 4 --tail 1024 --lengths 4096 \
     --modes "ridge^10" --threads "$THREADS" --no-plots --quiet --items 6 --out $S
   .venv/bin/python experiments/question-selection/table.py --split 12 --exact $F/eval $R/ruler-4k-lagkeys $S \
@@ -31,8 +30,7 @@ T=$R/fork-ttft-4k-t$TAIL2
 [ -f $T.json ] || .venv/bin/ridgefill bench ttft --model $G --lengths 4096 --runs "${RUNS:-5}" \
   --modes exact ridge "ridge^10" --paths bench --threads "$THREADS" --sinks 4 --tail $TAIL2 --json-out $T.json | tee $T.md
 S2=$R/ruler-4k-lagkeys-fork-t$TAIL2
-mkdir -p $S2/items
-for f in $F/eval/items/ruler-*N4096.json; do ln -sfn "../../../../../$f" "$S2/items/$(basename "$f")"; done
+experiments/question-selection/link-items.sh $F/eval $S2
 .venv/bin/ridgefill eval ruler --model $G --split 12 --sinks 4 --tail $TAIL2 --lengths 4096 --modes "ridge^10" \
   --threads "$THREADS" --no-plots --quiet --items 6 --out $S2
 .venv/bin/python experiments/question-selection/table.py --split 12 --exact $F/eval $R/ruler-4k-lagkeys $S \

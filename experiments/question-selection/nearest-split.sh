@@ -16,9 +16,9 @@ T=$R/ttft-4k-s$SPLIT
 [ -f $T.json ] || .venv/bin/ridgefill bench ttft --model $G --lengths 4096 --runs "${RUNS:-5}" --modes exact ridge \
   --paths bench --threads "$THREADS" --sinks 4 --tail 1024 --json-out $T.json | tee $T.md
 S=$R/ruler-4k-s$SPLIT-lagkeys
-mkdir -p $S/items
-for f in $F/eval/items/ruler-*N4096.json; do ln -sfn "../../../../../$f" "$S/items/$(basename "$f")"; done
+experiments/question-selection/link-items.sh $F/eval $S
 .venv/bin/ridgefill eval ruler --model $G --split $SPLIT --sinks 4 --tail 1024 --lengths 4096 --modes ridge \
   --threads "$THREADS" --no-plots --quiet --items 6 --out $S
 .venv/bin/python experiments/question-selection/table.py --split 12 --exact $F/eval $R/ruler-4k-lagkeys-fork \
-  $S:$SPLIT --variants "ridge^10" ridge --ref "ridge (split $SPLIT)" | tee $R/ruler-4k-s12-select-vs-s$SPLIT.md
+  "$R/ruler-4k-lagkeys-fork-t512=tail 512" "$R/ruler-4k-lagkeys-fork-t256-q20=tail 256" $S:$SPLIT \
+  --variants "ridge^10" "ridge^20" ridge --ref "ridge (split $SPLIT)" | tee $R/ruler-4k-s12-select-vs-s$SPLIT.md

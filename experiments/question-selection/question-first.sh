@@ -23,8 +23,7 @@ S=$R/ruler-4k-lagkeys-qstart
   --same-items $S $R/ruler-4k-lagkeys $R/ruler-4k-lagkeys-fork --variants ridge "ridge^10" | tee $R/ruler-4k-lagkeys-qend.md
 [ "${LOSS:-1}" = 1 ] || exit 0
 L=$R/loss-4k-lagkeys-select
-mkdir -p $L/items
-ln -sfn "../../../../../bench/results/frontier-qwen2.5-coder-0.5b-4k/eval/items/loss-N4096.json" $L/items/loss-N4096.json
+experiments/question-selection/link-items.sh bench/results/frontier-qwen2.5-coder-0.5b-4k/eval $L loss-N4096.json
 .venv/bin/ridgefill eval loss --model $G --split 12 --sinks 4 --tail 1024 --lengths 4096 \
   --modes "ridge^10" --docs 16 --threads "$THREADS" --no-plots --quiet --out $L
 .venv/bin/python experiments/fit-fixes/compare_stores.py --metric loss_distant --split 12 \

@@ -17,10 +17,7 @@ THREADS=${THREADS:-2}
 [ -f $C/fit/lagkeys.gguf ] && [ -f $C/fit/default.gguf ] || LOSS=0 LENGTHS=4096 experiments/calib-size/run.sh
 .venv/bin/python experiments/question-selection/recall.py --model "$M" --items $F/eval/items --split 12 \
   --threads "$THREADS" --out $R/recall-qwen0.5b-s12
-link_items() {  # the frontier's RULER item files into store $1
-  mkdir -p $1/items
-  for f in $F/eval/items/ruler-*N4096.json; do ln -sfn "../../../../../$f" "$1/items/$(basename "$f")"; done
-}
+link_items() { experiments/question-selection/link-items.sh $F/eval "$1"; }
 # the grid on the lagged maps: q = 2, 5, 10 % at the best probe of recall.md (every exact layer, max over 15 rows),
 # random rows of the same count at q = 5 and 10 %, at q = 5 % the split layer alone with 7-row pooling (the
 # selector's defaults), and at q = 5 and 10 % 63-row windows (whole needles rather than the rows around the attended ones)

@@ -17,10 +17,7 @@ G=$W/smollm2-s$SPLIT-lagkeys.gguf
 mkdir -p $W
 [ -f $G ] || .venv/bin/ridgefill fit "$M" --split $SPLIT --lag-keys -o $G > $R/fit-smollm2-s$SPLIT-lagkeys.txt
 S=$R/ruler-smollm2-4k-s$SPLIT
-for tail in 1024 512; do
-  mkdir -p $S-t$tail/items
-  for f in $F/eval/items/ruler-*N4096.json; do ln -sfn "../../../../../$f" "$S-t$tail/items/$(basename "$f")"; done
-done
+for tail in 1024 512; do experiments/question-selection/link-items.sh $F/eval $S-t$tail; done
 run() {  # tail, mode
   .venv/bin/ridgefill eval ruler --model $G --split $SPLIT --sinks 4 --tail $1 --lengths 4096 --modes "$2" \
     --threads "$THREADS" --no-plots --quiet --items 4 --out $S-t$1
