@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 55 item 4 on a second model: SmolLM2-135M (llama, 30 layers) at 4K, where the frontier stops at split 18
 # (RULER tied with exact there, 1.29x) and splits 15-16 lose needles even with lagged maps. The cost model puts split
-# 15 with `ridge^10` at tail 512 (1.44x) next to the plain split 15 at tail 1024 (1.43x): selection against the plain
-# fill at the same split and TTFT. Maps: the default fit (16,384 calibration tokens) with `--lag-keys`. RULER-11 on
+# 15 with `ridge^10` at tail 512 at the plain split 15's bound at tail 1024 (1.40x each, the fit lagging 13 layers):
+# selection against the plain fill at the same split and bound. Maps: the default fit (16,384 calibration tokens) with `--lag-keys`. RULER-11 on
 # the frontier's items (4 a task, linked, so every record pairs with its exact), then TTFT (llama-bench, interleaved;
 # TTFT=0 skips it, for a run that shares the machine). SPLIT (15) chooses the split. Resumable.
 set -euo pipefail
