@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 55, item 4: within 3 points of exact at >= 1.40x. At tail 512 `ridge^10` runs 1.50x and loses 5.3 points, all of
 # it on cwe and vt, the tasks whose evidence is spread over more rows than 10 % of the fill; halving the tail again
-# pays for twice the selected rows (cost model at split 12, 4K, lagged maps: tail 512 ^10 1.51x, tail 256 ^20 1.48x).
+# pays for twice the selected rows (bounds llama-bench printed at split 12, 4K, lagged maps: tail 512 ^10 1.48x,
+# tail 256 ^20 1.44x).
 # Step 1: TTFT (llama-bench, exact and ridge^Q interleaved); step 2: RULER-11 on the frontier's 66 items, linked so
 # every record pairs with the frontier's exact and the tail-512 store. TAIL (256), Q (20) and SPLIT (12; another
 # split's lagged maps are made by lagkeys.sh) choose the point.
