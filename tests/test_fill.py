@@ -167,6 +167,35 @@ def test_a_window_fill_from_position_0_repeats_the_first_row(window_maps, prompt
                          tail=TAIL)
 
 
+def test_sequences_filling_in_turns_read_only_their_own_earlier_rows(window_maps, prompt):
+    """Two prompts decoded in alternating 64-row calls on one context: every filled row's late-layer inputs
+    (lagged and window maps) are the ones its prompt gets alone, so a sequence's kept rows are its own."""
+    model, maps = window_maps
+    late = [SPLIT + 1, SPLIT + 4]
+    halves = [prompt[:N // 2], prompt[N // 2:]]
+    chunks = [(s, start) for start in range(0, N // 2, 64) for s in (0, 1)]
+
+    def run(order):
+        ctx = model.context(n_ctx=1024, n_batch=64, n_ubatch=64, threads=2, capture=late, n_seq_max=2)
+        ctx.set_fill("ridge")
+        for s, toks in enumerate(halves):
+            ctx.set_fill_range(s, SINKS, len(toks) - TAIL)
+        got = {(s, il): [] for s in (0, 1) for il in late}
+        for s, start in order:
+            ctx.decode(halves[s][start:start + 64], start, s, outputs="none")
+            for il in late:
+                got[s, il].append(ctx.layer_input(il).copy())
+        return {k: np.concatenate(v)[SINKS:N // 2 - TAIL] for k, v in got.items() if v}
+
+    both = run(chunks)
+    for s in (0, 1):
+        alone = run([c for c in chunks if c[0] == s])
+        for il in late:
+            want = alone[s, il]
+            err = (np.abs(both[s, il] - want).max(1) / np.abs(want).max(1)).max()
+            assert err < 1e-4, f"sequence {s}, layer {il}: relative error {err:.3g}"
+
+
 def test_fill_errors_are_python_exceptions(smollm2, random_maps):
     ctx = smollm2.context(n_ctx=256, threads=2)
     with pytest.raises(ValueError, match="needs ridge maps"):

@@ -53,6 +53,8 @@ def test_n_routed_is_ceil_of_the_share():
     assert [route.n_routed(p, 512) for p in (0, 0.02, 0.05, 0.1, 1.0)] == [0, 11, 26, 52, 512]
     assert route.n_routed(0.001, 10) == 1
     assert route.n_routed(1.0, 7) == 7
+    # a share is the decimal it was written as, though the fork holds it as a float (0.1f*340 = 34.0000005)
+    assert [route.share_rows(q, n) for q, n in ((0.1, 340), (0.05, 220), (0.1, 260), (0.1, 341))] == [34, 11, 26, 35]
 
 
 def test_too_few_rows_is_an_error():

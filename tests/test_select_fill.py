@@ -19,6 +19,7 @@ import pytest
 
 from ridgefill.errors import InputError
 from ridgefill.evals.select import pooled, top_rows
+from ridgefill.fit import route
 from ridgefill.fit.attention import attention_layers, attention_paid
 
 pytestmark = pytest.mark.slow
@@ -47,6 +48,12 @@ def _select(model, toks, q, split=SPLIT, probe=PROBE, tail=TAIL, ubatch=UBATCH):
 @pytest.fixture(scope="module")
 def prompt(smollm2, sample_text):
     return np.asarray(smollm2.tokenize(sample_text)[:N], np.int32)
+
+
+def test_a_decimal_share_selects_its_rows_exactly(smollm2, prompt):
+    """q = 0.1 of 170 filled rows selects 17: the fork holds q as a float (0.10000000149), which rounded up is 18."""
+    ctx, res = _select(smollm2, prompt, 0.1, tail=N - SINKS - 170)
+    assert res.n_filled == 170 and ctx.selected_count == 17 == route.share_rows(0.1, 170)
 
 
 def test_q0_is_the_plain_fill_bit_for_bit(smollm2, prompt):

@@ -46,6 +46,26 @@ def test_fill_reuse_is_ok_within_the_fill_range_or_explained_by_a_prompt_whose_r
     assert soak.fill_reuse_ok(o, [long, Request(0, True, False, False, tuple(range(576)))])   # its own retry
     other = Request(0, True, False, False, tuple(range(576)), sink=8, tail=128)
     assert not soak.fill_reuse_ok(o, [other])                                # other settings explain nothing
+    selecting = Request(0, True, False, False, tuple(range(576)), select=0.1)
+    assert not soak.fill_reuse_ok(o, [selecting])                            # nor another selected fraction
+
+
+def _rows(filled, selected, routed, select=0.0, route=0.0):
+    req = Request(0, True, False, False, tuple(range(500)), select=select, route=route)
+    return Outcome(req, "ok", timings={"ridgefill_filled_n": filled, "ridgefill_selected_n": selected,
+                                       "ridgefill_routed_n": routed})
+
+
+def test_rows_ok_holds_the_fork_to_ceil_q_n_selected_rows_and_routes_only_when_asked():
+    assert soak.rows_ok(_rows(432, 0, 0))
+    assert not soak.rows_ok(_rows(432, 0, 3))                                # routed without asking
+    assert soak.rows_ok(_rows(432, 44, 44, select=0.1))                      # ceil(43.2)
+    assert not soak.rows_ok(_rows(432, 43, 43, select=0.1))
+    assert soak.rows_ok(_rows(430, 43, 43, select=0.1))                      # exactly 43: no rounding up
+    assert soak.rows_ok(_rows(432, 0, 9, route=0.05))
+    assert not soak.rows_ok(_rows(432, 0, 0, route=0.05))                   # asked to route, routed nothing
+    assert soak.rows_ok(_rows(432, 22, 31, select=0.05, route=0.05))
+    assert soak.rows_ok(_rows(0, 0, 0, select=0.1, route=0.05))               # nothing filled: nothing to pick
 
 
 def test_requests_retry_cut_prompts_switch_settings_and_act_on_slots():
@@ -53,16 +73,21 @@ def test_requests_retry_cut_prompts_switch_settings_and_act_on_slots():
     prompts = [r.prompt for r in reqs]
     cut = [r for r in reqs if any(len(p) > len(r.prompt) and p[:len(r.prompt)] == r.prompt for p in prompts[:r.i])]
     assert len(cut) > 10 and all(len(r.prompt) > 128 for r in cut)
-    assert {(r.sink, r.tail) for r in reqs if r.fill} == set(soak_client.SETTINGS)
-    assert {(r.sink, r.tail) for r in reqs if not r.fill} == {(soak.SINKS, soak.TAIL)}
+    assert {soak_client.settings(r) for r in reqs if r.fill} == set(soak_client.SETTINGS)
+    assert {soak_client.settings(r) for r in reqs if not r.fill} == {soak_client.SETTINGS[0]}
+    only = soak_client.SETTINGS[:2]
+    assert {soak_client.settings(r) for r in soak_client.make_requests(np.arange(5000), 100, 1, only) if r.fill} == set(only)
     acts = [r for r in reqs if r.slot_action]
     assert {r.slot_action for r in acts} == {"save", "restore"} and all(0 <= r.other < r.i for r in acts)
 
 
 def test_a_fill_request_carries_its_settings_and_an_exact_one_none():
     fill = Request(0, True, False, False, (1, 2, 3), sink=8, tail=128)
-    body = soak_client._body(fill, "ridge")
+    body = soak_client.request_body(fill, "ridge")
     assert (body["ridgefill"], body["ridgefill_sink"], body["ridgefill_tail"]) == ("ridge", 8, 128)
-    exact = soak_client._body(Request(1, False, False, False, (1, 2, 3)), "ridge")
+    assert "ridgefill_select" not in body and "ridgefill_route" not in body   # only where asked
+    body = soak_client.request_body(Request(0, True, False, False, (1, 2, 3), select=0.1, route=0.05), "ridge")
+    assert (body["ridgefill_select"], body["ridgefill_route"]) == (0.1, 0.05)
+    exact = soak_client.request_body(Request(1, False, False, False, (1, 2, 3)), "ridge")
     assert exact["ridgefill"] == "exact" and "ridgefill_tail" not in exact
-    assert "ridgefill" not in soak_client._body(fill, None)                         # stock servers get plain requests
+    assert "ridgefill" not in soak_client.request_body(fill, None)                         # stock servers get plain requests

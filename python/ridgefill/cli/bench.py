@@ -51,7 +51,7 @@ def _cmd_bench_overhead(args) -> int:
 def _cmd_bench_soak(args) -> int:
     from pathlib import Path
 
-    from ..serve import soak
+    from ..serve import soak, soak_report
     from ..runtime import Model
 
     base = Path(args.base or models.fetch_model(models.DEFAULT_MODEL))
@@ -59,17 +59,19 @@ def _cmd_bench_soak(args) -> int:
 
     tokens = Model(base, n_gpu_layers=0).tokenize(Path(text_source.__file__).read_text())
     result = soak.soak(Path(args.model), base, args.mode, tokens, args.requests, args.threads, args.max_seconds,
-                       args.seed, args.split, Path(args.maps) if args.maps else None)
-    table = soak.render(result)
+                       args.seed, args.split, Path(args.maps) if args.maps else None, passes=args.passes,
+                       floor_requests=args.floor_requests)
+    table = soak_report.render(result)
     print(table)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     if args.md:
-        Path(args.md).write_text(soak.report(result, " ".join(["bench/soak", *sys.argv[3:]])))
+        Path(args.md).write_text(soak_report.report(result, " ".join(["bench/soak", *sys.argv[3:]])))
     passes = result["passes"]
     bad = any(r["errors"] or not r["server_alive"] for r in passes) or not result["leak_check"]["exact_after_fill_equals_stock"]
     bad |= any(r.get("filled_share_min") is not None and r["filled_share_min"] < 1.0 for r in passes)
     bad |= any(r["slot_errors"] or r.get("fill_reuse_ok", 0) != r.get("fill_requests", 0) for r in passes)
+    bad |= any(r.get("fill_rows_ok", 0) != r.get("fill_requests", 0) for r in passes)
     return 1 if bad else 0
 
 
@@ -137,7 +139,10 @@ def add_commands(sub) -> None:
     bs.add_argument("--maps", help="a maps file the fork's server loads beside --model (then the base)")
     bs.add_argument("--mode", choices=("ridge", "identity"), default="ridge")
     bs.add_argument("--split", type=int, help="split layer (identity; ridge takes the maps')")
-    bs.add_argument("--requests", type=int, default=200)
+    bs.add_argument("--requests", type=int, default=200, help="requests a pass")
+    bs.add_argument("--passes", type=int, default=2, help="passes a server (the second meets a warm prompt cache)")
+    bs.add_argument("--floor-requests", type=int, help="the second stock server (the noise floor) gets only the first "
+                                                       "so many requests (default: all)")
     bs.add_argument("--threads", type=int, default=2)
     bs.add_argument("--max-seconds", type=float, default=1800, help="bound on each pass")
     bs.add_argument("--seed", type=int, default=0)

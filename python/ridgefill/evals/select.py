@@ -29,7 +29,6 @@ whole prompt with every layer up to the split captured, kept for the item's vari
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from dataclasses import dataclass
 
@@ -37,6 +36,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..fit.attention import attention_layers, attention_paid
+from ..fit.route import share_rows
 from ..runtime import PROBE_ROWS
 from .prefill import Head
 from .session import Variant, register, register_parser
@@ -58,7 +58,7 @@ class Selector:
     after: bool = False  # the fork's order: the tail before the last P rows first, then the splice
 
     def count(self, n_filled: int) -> int:
-        return min(n_filled, math.ceil(self.share * n_filled - 1e-9))
+        return share_rows(self.share, n_filled)
 
 
 def parse(name: str) -> tuple[str, Selector] | None:

@@ -14,6 +14,7 @@ seen once), which lie far from μ in this metric. The GGUF stores μ and P on th
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -84,6 +85,13 @@ def leverage(h: np.ndarray, stats: RouteStats) -> np.ndarray:
     return np.einsum("ij,ij->i", z, z)
 
 
+def share_rows(p: float, n_rows: int) -> int:
+    """Rows a share p of n_rows takes (routed rows of a fill ubatch, selected rows of a prompt): ceil(p · n_rows)
+    with p read as the decimal it was written as, as the fork computes it (llama_rf_share_rows: p a float32, less a
+    relative 1e-6 before rounding up, so 0.1 of 340 rows is 34)."""
+    return min(n_rows, math.ceil(float(np.float32(p)) * n_rows * (1.0 - 1e-6)))
+
+
 def n_routed(p: float, n_rows: int) -> int:
-    """Rows routed of a fill ubatch of n_rows: ceil(p · n_rows), as the fork computes it (float32)."""
-    return min(n_rows, int(np.ceil(np.float32(p) * np.float32(n_rows))))
+    """Rows routed of a fill ubatch of n_rows."""
+    return share_rows(p, n_rows)

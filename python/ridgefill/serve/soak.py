@@ -33,8 +33,10 @@ from pathlib import Path
 import numpy as np
 
 from ..runtime import fill_range
-from .server import LlamaServer, maps_flags, ridgefill_flags
-from .soak_client import N_SLOTS, SETTINGS, SINKS, TAIL, Outcome, Request, Slots, exact_from, make_requests, send
+from ..fit.route import share_rows
+from .server import LlamaServer, ServerError, maps_flags, ridgefill_flags
+from .soak_client import (N_SLOTS, SETTINGS, SINKS, TAIL, Outcome, Request, Slots, request_body, exact_from, make_requests,
+                          send, settings)
 
 SLOT_CTX = 1024
 CACHE_RAM_MIB = 256
@@ -88,8 +90,19 @@ def fill_reuse_ok(o: Outcome, earlier_fill: list[Request]) -> bool:
     cached = int(o.timings.get("cache_n", 0))
     if cached <= exact_from(o.req):
         return True
-    return any((r.sink, r.tail) == (o.req.sink, o.req.tail) and exact_from(r) <= exact_from(o.req)
+    return any(settings(r) == settings(o.req) and exact_from(r) <= exact_from(o.req)
                and _common_prefix(o.req.prompt, r.prompt) >= cached for r in earlier_fill)
+
+
+def rows_ok(o: Outcome) -> bool:
+    """A fill request selected ceil(q*n) of the n rows it filled (the fork's rule: every filled row is a candidate)
+    and routed rows only where it asked to route or select."""
+    filled = int(o.timings.get("ridgefill_filled_n", 0))
+    selected = int(o.timings.get("ridgefill_selected_n", 0))
+    routed = int(o.timings.get("ridgefill_routed_n", 0))
+    if selected != share_rows(o.req.select, filled):
+        return False
+    return routed == selected if o.req.route == 0 else (routed > selected or filled == 0)
 
 
 def exact_kv_only(o: Outcome, earlier_exact: list[tuple[int, ...]]) -> bool:
@@ -148,6 +161,9 @@ def summarize(name: str, res: dict, fill_mode: str | None, reference: dict[int, 
         row.update({
             "fill_requests": len(fills),
             "fill_reuse_ok": sum(fill_reuse_ok(o, others(o, True)) for o in fills),
+            "fill_rows_ok": sum(rows_ok(o) for o in fills),
+            "selected_rows": sum(int(o.timings.get("ridgefill_selected_n", 0)) for o in fills),
+            "routed_rows": sum(int(o.timings.get("ridgefill_routed_n", 0)) for o in fills),
             "filled_share_min": min(shares) if shares else None,
             "filled_share_mean": statistics.fmean(shares) if shares else None,
             "exact_kv_only": sum(exact_kv_only(o, [r.prompt for r in others(o, False)]) for o in exacts),
@@ -181,6 +197,26 @@ def leak_check(base: Path, model: Path, mode: str, tokens: np.ndarray, threads: 
     return {"filled_rows": filled["timings"].get("ridgefill_filled_n", 0), "exact_after_fill_equals_stock": same}
 
 
+def served_settings(model: Path, args: list[str], tokens: np.ndarray, server_kw: dict) -> tuple[list, dict]:
+    """The fill SETTINGS the fork's server serves with `args` (as the soak starts it, one short request each), and
+    why it refused the others (a model without routing statistics cannot route, say)."""
+    ok, refused = [], {}
+    with LlamaServer(model, args, **server_kw) as srv:
+        for setting in SETTINGS:
+            req = Request(0, True, False, False, tuple(tokens[:300].tolist()), n_predict=1, sink=setting[0],
+                          tail=setting[1], select=setting[2], route=setting[3])
+            try:
+                srv.post("/completion", request_body(req, "ridge"))
+                ok.append(setting)
+            except ServerError as err:
+                if err.status != 400:
+                    raise
+                refused[str(setting)] = str(err)[:300]
+    if not ok:
+        raise ServerError(f"the server serves none of the soak's fill settings: {refused}")
+    return ok, refused
+
+
 def _save_flags(work: Path, name: str) -> list[str]:
     d = work / name
     d.mkdir(parents=True, exist_ok=True)
@@ -189,89 +225,39 @@ def _save_flags(work: Path, name: str) -> list[str]:
 
 def soak(model: Path, base: Path, mode: str, tokens: np.ndarray, n_requests: int, threads: int,
          max_seconds: float, seed: int = 0, split: int | None = None, maps: Path | None = None,
-         work: Path | None = None) -> dict:
-    """`work`: where the servers save slots (a temporary folder by default)."""
+         work: Path | None = None, *, passes: int = 2, floor_requests: int | None = None) -> dict:
+    """`work`: where the servers save slots (a temporary folder by default); `passes`: how often each server gets
+    the requests; `floor_requests`: the second stock server gets only the first so many (default: all)."""
     if work is None:
         with tempfile.TemporaryDirectory(prefix="ridgefill-soak-") as tmp:
-            return soak(model, base, mode, tokens, n_requests, threads, max_seconds, seed, split, maps, Path(tmp))
-    reqs = make_requests(tokens, n_requests, seed)
+            return soak(model, base, mode, tokens, n_requests, threads, max_seconds, seed, split, maps, Path(tmp),
+                        passes=passes, floor_requests=floor_requests)
     # a bounded RAM prompt cache: full after the first pass, so RSS growth in the second pass is a leak
-    flags = ["-fa", "on", "-b", "512", "-ub", "128", "--cache-ram", str(CACHE_RAM_MIB)]
+    # one KV stream for the slots (-kvu): a request may then route and select (a slot spread over streams cannot)
+    flags = ["-fa", "on", "-b", "512", "-ub", "128", "-kvu", "--cache-ram", str(CACHE_RAM_MIB)]
     fill_flags = ridgefill_flags(mode, split, SINKS, TAIL) + maps_flags(maps)
     stock_ctx = dict(ctx=N_SLOTS * SLOT_CTX, threads=threads, n_parallel=N_SLOTS)
-    rows, ref = [], []
+    fill_settings, refused = served_settings(model, flags + fill_flags, tokens, stock_ctx)
+    reqs = make_requests(tokens, n_requests, seed, fill_settings)
+    rows, ref, rounds = [], [], range(1, passes + 1)
     with LlamaServer(base, flags + _save_flags(work, "stock"), **stock_ctx) as srv:
-        for k in (1, 2):
+        for k in rounds:
             res = run_pass(srv, reqs, None, max_seconds)
             ref.append({o.req.i: o.content for o in res["outcomes"] if o.status == "ok" and not o.req.fill})
             rows.append(summarize(f"stock {k}", res, None, None))
+    floor = reqs[:floor_requests] if floor_requests else reqs
     with LlamaServer(base, flags + _save_flags(work, "stock2"), **stock_ctx) as srv:  # a second stock server: llama.cpp's own run-to-run noise
-        for k in (1, 2):
-            rows.append(summarize(f"stock' {k} (vs stock {k})", run_pass(srv, reqs, None, max_seconds), None, ref[k - 1]))
+        for k in rounds:
+            rows.append(summarize(f"stock' {k} (vs stock {k})", run_pass(srv, floor, None, max_seconds), None, ref[k - 1]))
     with LlamaServer(model, flags + fill_flags + _save_flags(work, "fork"), **stock_ctx) as srv:
         prior, prior_fill = [], []
-        for k in (1, 2):
+        for k in rounds:
             res = run_pass(srv, reqs, mode, max_seconds)
             rows.append(summarize(f"fork {k} ({mode}, vs stock {k})", res, mode, ref[k - 1], prior, prior_fill))
             prior += [o.req for o in res["outcomes"] if not o.req.fill]
             prior_fill += [o.req for o in res["outcomes"] if o.req.fill]
     return {"model": str(model), "maps": maps and str(maps), "base": str(base), "mode": mode, "split": split,
             "requests": n_requests, "seed": seed, "slots": N_SLOTS, "slot_ctx": SLOT_CTX, "sinks": SINKS, "tail": TAIL,
-            "settings": [list(x) for x in SETTINGS],
+            "settings": [list(x) for x in fill_settings], "settings_refused": refused, "passes_each": passes,
+            "floor_requests": len(floor),
             "passes": rows, "leak_check": leak_check(base, model, mode, tokens, threads, split, maps)}
-
-
-def render(result: dict) -> str:
-    cols = ["pass", "requests", "errors", "cancelled", "server_alive", "fill_requests", "filled_share_min",
-            "fill_reuse_ok", "slot_saved", "slot_refused", "slot_restored", "exact_requests", "exact_kv_only", "exact_compared", "exact_mismatch", "rss_mb_before", "rss_mb_after",
-            "ms_per_token_exact", "ms_per_token_fill", "seconds"]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in result["passes"]:
-        lines.append("| " + " | ".join(_cell(row.get(c)) for c in cols) + " |")
-    lc = result["leak_check"]
-    lines += ["", f"leak check (1 slot, FA off): fill request filled {lc['filled_rows']} rows; "
-                  f"exact request after it equals stock: {lc['exact_after_fill_equals_stock']}"]
-    return "\n".join(lines)
-
-
-def _cell(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.3f}"
-    return str(v)
-
-
-def report(result: dict, command: str) -> str:
-    """The markdown report: what ran, the table, and how to read it."""
-    lines = [
-        "# Soak: a 4-slot llama-server under mixed exact and fill requests",
-        "",
-        f"Command: `{command}`",
-        "",
-        f"Model `{Path(result['model']).name}` ({result['mode']} fill, sinks {result['sinks']}, tail {result['tail']}), "
-        f"stock = `{Path(result['base']).name}` with no `--ridgefill` flag. {result['requests']} requests per pass "
-        f"(seed {result['seed']}), {result['slots']} slots of {result['slot_ctx']} tokens, "
-        f"`-fa on -b 512 -ub 128 --cache-ram {CACHE_RAM_MIB}`, no `-kvu` (one KV stream per slot).",
-        "",
-        render(result),
-        "",
-        "How to read it:",
-        "- `filled_share_min`: the smallest share, over fill requests, of the rows in their fill range that they",
-        "  processed (not reused from the prompt cache) and that ran the fill graph; 1.000 = every row.",
-        "- `fill_reuse_ok`: fill requests whose reused rows end within their fill range, or whose reused rows past it",
-        "  an earlier prompt of the same settings explains with its own fill range ending no later (rows a request",
-        "  asked to run in full never come from filled KV). Fill requests ask for (sink, tail) among "
-        + ", ".join(f"({a}, {b})" for a, b in result.get("settings", [])) + "; one in ten requests retries an",
-        "  earlier prompt cut 20-100 tokens short.",
-        "- `slot_saved` / `slot_refused` / `slot_restored`: requests that first saved the slot of an earlier request",
-        "  (refused where it held filled KV) or restored a saved file into a slot; other slot failures are errors.",
-        "- `exact_kv_only`: exact requests that filled no row and whose reused prefix an exact prompt explains.",
-        "- `exact_mismatch`: exact answers (greedy, 4 tokens) that differ from stock's answer to the same request in",
-        "  the same pass; `stock'` is a second stock server: its mismatches are llama.cpp's own dependence on how",
-        "  requests were batched together (it is not batch-invariant), the floor for the fork's.",
-        "- `ms_per_token_*`: median server prompt time per processed token, requests with >= 100 new tokens.",
-        "- RSS of the server process before and after each pass. Each server gets the same requests twice; the",
-        f"  RAM prompt cache ({CACHE_RAM_MIB} MiB) is full after the first, so growth in the second is not the cache.",
-    ]
-    return "\n".join(lines) + "\n"

@@ -17,7 +17,10 @@ if TYPE_CHECKING:
 
 N_SLOTS = 4
 SINKS, TAIL = 4, 64
-SETTINGS = ((SINKS, TAIL), (8, 128), (SINKS, 32))  # (sink, tail) a fill request asks for; the first: the server's
+# (sink, tail, selected fraction, routed fraction) a fill request asks for; the first: the server's. Selection keeps
+# the tail at least the probe's 64 rows; settings a model cannot serve (no routing statistics, say) are left out
+SETTINGS = ((SINKS, TAIL, 0.0, 0.0), (8, 128, 0.0, 0.0), (SINKS, 32, 0.0, 0.0), (SINKS, TAIL, 0.1, 0.0),
+            (8, 128, 0.0, 0.05), (8, 128, 0.05, 0.05))
 REFUSED_SAVE = "cannot save a slot whose KV cache was filled by RidgeFill"
 
 
@@ -31,8 +34,15 @@ class Request:
     n_predict: int = 4
     sink: int = SINKS  # the fill settings a fill request asks for
     tail: int = TAIL
+    select: float = 0.0
+    route: float = 0.0
     slot_action: str | None = None  # "save" (the slot that served request `other`) or "restore" (its file), first
     other: int = -1
+
+
+def settings(req: Request) -> tuple:
+    """What a request's KV depends on beside its prompt: the server keys its cache by it."""
+    return req.sink, req.tail, req.select, req.route
 
 
 def exact_from(req: Request) -> int:
@@ -51,10 +61,10 @@ class Outcome:
     slot_action: str | None = None   # what the request's slot action did (Slots.act)
 
 
-def make_requests(tokens: np.ndarray, n: int, seed: int = 0) -> list[Request]:
+def make_requests(tokens: np.ndarray, n: int, seed: int = 0, fill_settings=SETTINGS) -> list[Request]:
     """`n` requests: prompts = one of 6 shared 128-token prefixes + a 100-350-token suffix, or (one in ten) an
-    earlier prompt cut 20-100 tokens short; fill requests take one of SETTINGS; one in twenty-five first saves the
-    slot of an earlier request, one in twenty-five first restores an earlier save."""
+    earlier prompt cut 20-100 tokens short; fill requests take one of `fill_settings`; one in twenty-five first
+    saves the slot of an earlier request, one in twenty-five first restores an earlier save."""
     rng = np.random.default_rng(seed)
     prefixes = [tokens[k * 128:(k + 1) * 128] for k in range(6)]
     out: list[Request] = []
@@ -67,21 +77,24 @@ def make_requests(tokens: np.ndarray, n: int, seed: int = 0) -> list[Request]:
             suffix = tokens[start:start + int(rng.integers(100, 350))]
             prompt = tuple(int(t) for t in np.concatenate([prefixes[int(rng.integers(0, 6))], suffix]))
         fill, stream, cancel = bool(rng.random() < 0.5), bool(rng.random() < 0.5), bool(rng.random() < 0.05)
-        sink, tail = SETTINGS[int(rng.integers(0, len(SETTINGS)))] if fill else (SINKS, TAIL)
+        sink, tail, select, route = fill_settings[int(rng.integers(0, len(fill_settings)))] if fill else SETTINGS[0]
         action, other = None, -1
         if out and rng.random() < 0.08:
             action, other = ("save", "restore")[int(rng.integers(0, 2))], int(rng.integers(0, len(out)))
-        out.append(Request(i, fill, stream, cancel, prompt, sink=sink, tail=tail, slot_action=action, other=other))
+        out.append(Request(i, fill, stream, cancel, prompt, sink=sink, tail=tail, select=select, route=route,
+                           slot_action=action, other=other))
     return out
 
 
-def _body(req: Request, fill_mode: str | None) -> dict:
+def request_body(req: Request, fill_mode: str | None) -> dict:
     body = {"prompt": list(req.prompt), "n_predict": req.n_predict, "temperature": 0.0, "cache_prompt": True,
             "stream": req.stream}
     if fill_mode is not None:
         body["ridgefill"] = fill_mode if req.fill else "exact"
         if req.fill:
             body.update(ridgefill_sink=req.sink, ridgefill_tail=req.tail)
+            # selection and routing only where asked: a server that cannot route refuses the field itself
+            body.update({k: v for k, v in (("ridgefill_select", req.select), ("ridgefill_route", req.route)) if v})
     return body
 
 
@@ -140,7 +153,7 @@ def _slot_post(srv: "LlamaServer", slot: int, action: str, filename: str) -> dic
 def send(srv: LlamaServer, req: Request, fill_mode: str | None, timeout: float = 300.0) -> Outcome:
     conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=timeout)
     try:
-        conn.request("POST", "/completion", json.dumps(_body(req, fill_mode)), {"Content-Type": "application/json"})
+        conn.request("POST", "/completion", json.dumps(request_body(req, fill_mode)), {"Content-Type": "application/json"})
         if req.cancel:
             time.sleep(0.05)
             conn.close()  # before the prompt is through: the server cancels the task
