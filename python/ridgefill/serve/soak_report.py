@@ -28,6 +28,10 @@ def _cell(v) -> str:
     return str(v)
 
 
+def _passes(n: int) -> str:
+    return f"{n} pass" if n == 1 else f"{n} passes"
+
+
 def _refused(result: dict) -> str:
     refused = result.get("settings_refused") or {}
     return f" (the server refused {', '.join(refused)}: see the JSON)" if refused else ""
@@ -43,7 +47,7 @@ def report(result: dict, command: str) -> str:
         f"Model `{Path(result['model']).name}` ({result['mode']} fill, sinks {result['sinks']}, tail {result['tail']}), "
         + (f"beside the maps file `{Path(result['maps']).name}`, " if result.get("maps") else "")
         + f"stock = `{Path(result['base']).name}` with no `--ridgefill` flag. {result['requests']} requests per pass "
-        f"({result.get('passes_each', 2)} passes a server; the second stock server, the noise floor, the first "
+        f"({_passes(result.get('passes_each', 2))} a server; the second stock server, the noise floor, the first "
         f"{result.get('floor_requests', result['requests'])}) "
         f"(seed {result['seed']}), {result['slots']} slots of {result['slot_ctx']} tokens, "
         f"`-fa on -b 512 -ub 128 -kvu --cache-ram {CACHE_RAM_MIB}` (one KV stream for the slots).",
