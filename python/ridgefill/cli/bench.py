@@ -6,7 +6,7 @@ import json
 import sys
 
 from ..sources import models
-from .args import add_gpu_layers, add_tensor_split, list_option, mode
+from .args import add_gpu_layers, add_tensor_split, list_option, mode, positive_int
 
 def _cmd_bench_ttft(args) -> int:
     from ..bench import ttft as bench, report as ttft_report
@@ -139,9 +139,9 @@ def add_commands(sub) -> None:
     bs.add_argument("--maps", help="a maps file the fork's server loads beside --model (then the base)")
     bs.add_argument("--mode", choices=("ridge", "identity"), default="ridge")
     bs.add_argument("--split", type=int, help="split layer (identity; ridge takes the maps')")
-    bs.add_argument("--requests", type=int, default=200, help="requests a pass")
-    bs.add_argument("--passes", type=int, default=2, help="passes a server (the second meets a warm prompt cache)")
-    bs.add_argument("--floor-requests", type=int, help="the second stock server (the noise floor) gets only the first "
+    bs.add_argument("--requests", type=positive_int, default=200, help="requests a pass")
+    bs.add_argument("--passes", type=positive_int, default=2, help="passes a server (the second meets a warm prompt cache)")
+    bs.add_argument("--floor-requests", type=positive_int, help="the second stock server (the noise floor) gets only the first "
                                                        "so many requests (default: all)")
     bs.add_argument("--threads", type=int, default=2)
     bs.add_argument("--max-seconds", type=float, default=1800, help="bound on each pass")

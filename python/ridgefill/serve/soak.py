@@ -10,7 +10,8 @@ in RidgeFill:
   exact requests for "exact"; pass k is compared with stock's pass k.
 Requests share prefixes (cache_prompt on), half stream, some are cancelled mid-prompt (the client
 closes its connection), some retry an earlier prompt cut short (it ends inside the earlier one's fill
-range), fill requests switch their sink and tail rows per request (`ridgefill_sink`, `ridgefill_tail`),
+range), fill requests switch their sink and tail rows, selected and routed shares per request (`ridgefill_sink`,
+`ridgefill_tail`, `ridgefill_select`, `ridgefill_route`; the settings the server refuses are left out),
 and some requests first save the slot that served an earlier request to a file (`/slots/ID?action=save`;
 the fork refuses a slot that holds filled KV) or restore a saved file into a slot. Per pass: errors,
 whether the server died, the filled share of every fill request (filled rows / rows in its fill range that
