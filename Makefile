@@ -49,7 +49,7 @@ setup: $(VENV)/.installed
 # The whole suite (what CI runs).
 test: setup
 	$(PY) -m ridgefill model fetch smollm2-135m >/dev/null
-	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs --durations=25 $(PYTEST_ARGS)
 
 # Seconds, not minutes: skips model loads, subprocess tools and transformers.
 test-fast: setup

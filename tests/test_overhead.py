@@ -25,3 +25,16 @@ def test_the_report_says_which_tests_are_within_the_tolerance():
     table = overhead.markdown("m.gguf", rows)
     assert "| tg128 | 2 x 1 | 10.0 | 10.1 | 1.010 (1.010-1.010) | yes |" in table
     assert "| pp512 | 2 x 1 | 10.0 | 11.0 | 1.100 (1.100-1.100) | no |" in table
+
+
+@pytest.mark.slow  # runs llama-bench
+def test_ridge_mode_with_lagged_maps_computes_exact_graphs_where_nothing_is_filled(shared_models):
+    model, _ = shared_models.random_maps("smollm2", 20, seed=1, lag_every=2)  # test_fill's lagged maps
+    # a prompt shorter than the sinks and the tail, then decoding: no split state kept, no map, no copy; and a
+    # context shorter than the default probe of 64 rows, which selection off must not refuse
+    for test in (["-p", "32", "-n", "0"], ["-p", "0", "-n", "4"]):
+        assert overhead.same_graph(str(model.path), test), test
+    # the listing tells graphs apart: where a fill range follows, ridge mode keeps states and fills
+    filling = ["-p", "64", "-n", "0", "--ridgefill-sink", "4", "--ridgefill-tail", "8"]
+    exact, ridge = (overhead.graph_nodes(str(model.path), filling, mode) for mode in ("exact", "ridge"))
+    assert exact != ridge and any("SET_ROWS" in n and "rf_kept" in n for n in ridge), ridge[-5:]

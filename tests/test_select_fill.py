@@ -298,7 +298,8 @@ def test_llama_bench_reports_selected_rows(smollm2_path):
     assert [r["ridgefill_selected_n"] for r in rows] == [0, int(np.ceil(0.1 * 384))]
     assert all(r["ridgefill_filled_n"] == 384 and r["ridgefill_probe"] == 32 for r in rows)
     for bad, why in ((["--ridgefill-select", "2"], "selected share"), (["--ridgefill-probe", "0"], "at least one"),
-                     (["--ridgefill-select", "0.1", "--ridgefill-probe", "65"], "fit a ubatch")):
+                     (["--ridgefill-select", "0.1", "--ridgefill-probe", "65"], "fit a ubatch"),
+                     (["-p", "48", "--ridgefill-select", "0.1"], "fit a ubatch")):  # the context clamps the ubatch
         out = subprocess.run([*bench, *bad, "-o", "json"], capture_output=True, text=True, timeout=120)
         assert out.returncode != 0 and why in out.stderr, (bad, out.stderr[-500:])
     exact = subprocess.run([*bench[:-8], "--ridgefill-select", "0.1", "-o", "json"], capture_output=True, text=True,

@@ -4,12 +4,17 @@ Ridge mode with lagged or window maps keeps split states for the rows a later fi
 steps and prompts without a fill range must keep nothing and run exact mode's graph. Each round is one
 llama-bench process that runs both modes (`--ridgefill exact,ridge`, the order reversed every other
 round so that a drift of the machine's speed biases neither); the round's ratio is ridge's time over
-exact's, and the report is the geometric mean over rounds with a bootstrap interval.
+exact's, and the report is the geometric mean over rounds with a bootstrap interval. Beside the times, the
+graphs: each test runs once more in each mode with the scheduler's listing on (GGML_SCHED_DEBUG=2), and
+the nodes of the graphs it computed must be the same, op for op and name for name. On a noisy machine the
+times cannot show a difference of 2 %; the listing shows there is nothing that could make one.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 
 import numpy as np
@@ -35,6 +40,30 @@ def _round(model: str, test: list[str], modes: list[str], reps: int, threads: in
     return {m: rows[m]["avg_ns"] / 1e6 for m in modes}
 
 
+def graph_nodes(model: str, test: list[str], mode: str, threads: int = 2, tool: str | None = None,
+                maps: str | None = None) -> list[str]:
+    """The nodes of the graphs one llama-bench run of `test` in `mode` computed (after its last reserve), as
+    ggml's scheduler lists them: op, name, backend and sources, sizes left out."""
+    cmd = [str(tool or tool_path("llama-bench")), "-v", "-m", str(model), *test, "-r", "1", "-t", str(threads),
+           "--ridgefill", mode, "-o", "json", *maps_flags(maps)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "GGML_SCHED_DEBUG": "2"})
+    if proc.returncode != 0:
+        raise BenchError(f"llama-bench failed ({' '.join(test)}, {mode}):\n{proc.stderr[-2000:]}")
+    lines = proc.stderr.splitlines()
+    last_reserve = max((i for i, line in enumerate(lines) if "reserve took" in line), default=-1)
+    nodes = [re.sub(r"\(\s*[\d.]+\s*[KMG]?\)", "", re.sub(r"^node #\s*\d+", "", line)).strip()
+             for line in lines[last_reserve + 1:] if line.startswith("node #")]
+    if not nodes:
+        raise BenchError(f"llama-bench listed no graph for '{' '.join(test)}' in {mode} mode (GGML_SCHED_DEBUG)")
+    return [re.sub(r"\s+", " ", n) for n in nodes]
+
+
+def same_graph(model: str, test: list[str], threads: int = 2, tool: str | None = None,
+               maps: str | None = None) -> bool:
+    """Whether ridge mode computes exact mode's graphs for `test`, node for node."""
+    return graph_nodes(model, test, "exact", threads, tool, maps) == graph_nodes(model, test, "ridge", threads, tool, maps)
+
+
 def ratio_interval(exact_ms: list[float], ridge_ms: list[float], n_boot: int = 10000, seed: int = 0,
                    level: float = 0.95) -> tuple[float, float, float]:
     """Geometric mean of ridge/exact over paired rounds and its percentile bootstrap interval."""
@@ -58,7 +87,8 @@ def overhead(model: str, rounds: int = 10, reps: int = 3, n_gen: int = 128, n_pr
             progress(f"{name} round {i + 1}/{rounds}: exact {times['exact'][-1]:.1f} ms, ridge {times['ridge'][-1]:.1f} ms")
         ratio, lo, hi = ratio_interval(times["exact"], times["ridge"])
         out.append({"test": name, "rounds": rounds, "reps": reps, "exact_ms": times["exact"], "ridge_ms": times["ridge"],
-                    "ratio": ratio, "ratio_lo": lo, "ratio_hi": hi})
+                    "ratio": ratio, "ratio_lo": lo, "ratio_hi": hi,
+                    "same_graph": same_graph(model, test, threads, tool, maps)})
     return out
 
 
@@ -66,12 +96,12 @@ def markdown(model: str, results: list[dict], tolerance: float = 0.02) -> str:
     lines = [f"ridge mode where nothing is filled, {model}: time ridge / exact (geometric mean over interleaved "
              "rounds, 95 % bootstrap interval)", "",
              "| test | rounds x reps | exact ms (median) | ridge ms (median) | ridge / exact | within "
-             f"{100 * tolerance:.0f} % |", "|---|---|---:|---:|---|---|"]
+             f"{100 * tolerance:.0f} % | exact's graph |", "|---|---|---:|---:|---|---|---|"]
     for r in results:
         ok = within(r, tolerance)
         lines.append(f"| {r['test']} | {r['rounds']} x {r['reps']} | {np.median(r['exact_ms']):.1f} | "
                      f"{np.median(r['ridge_ms']):.1f} | {r['ratio']:.3f} ({r['ratio_lo']:.3f}-{r['ratio_hi']:.3f}) | "
-                     f"{'yes' if ok else 'no'} |")
+                     f"{'yes' if ok else 'no'} | {'yes' if r.get('same_graph') else 'no'} |")
     return "\n".join(lines)
 
 
