@@ -52,7 +52,7 @@ pack)
     PYTHONPATH="$repo/python" "$repo/.venv/bin/python" -m ridgefill.cli.gpu run --llama-bench "$repo/.venv/bin/llama-bench" \
         --tokenizer "$carry/tokenizer.gguf" --shapes ${RF_SHAPES:-tiny-llama tiny-qwen3} --lengths ${RF_LENGTHS:-1024 2048} \
         --runs "${RF_RUNS:-1}" --modes ${RF_MODES:-exact identity ridge ridge@10} --tail 256 --ngl 0 --threads 2 --ubatch 512 --weight-type f16 \
-        --workdir "$work/models" --out "$out/gpu-ttft-dryrun.json"
+        --workdir "$work/models" --out "$out/gpu-ttft-dryrun.json" --overhead-rounds 2
     say "dry run done: $out/gpu-ttft-dryrun.json" ;;
 run)
     [ -f "$carry/llama-src.tar.gz" ] || { echo "no $carry: run 'bench/gpu.sh pack' first and carry build/gpu-carry" >&2; exit 1; }

@@ -30,3 +30,21 @@ def test_any_change_of_a_value_or_a_tensor_shows(tmp_path):
     ]
     digests = {content_sha256(_gguf(tmp_path / f"c{i}.gguf", k, t)) for i, (k, t) in enumerate(changed)}
     assert base not in digests and len(digests) == len(changed)
+
+
+def test_a_settled_file_is_parsed_once_and_any_change_is_read_again(tmp_path):
+    import os
+    import time
+
+    from ridgefill.format.gguf_io import field, open_gguf
+
+    path = _gguf(tmp_path / "m.gguf", {"x.n": 3}, {"w": W})
+    assert open_gguf(path) is not open_gguf(path)  # written just now: parsed every time
+    old = time.time() - 60
+    os.utime(path, (old, old))
+    settled = open_gguf(path)
+    assert open_gguf(path) is settled and field(settled, "x.n") == 3  # unchanged for a while: one parse
+    _gguf(path, {"x.n": 5}, {"w": W})  # rewritten in place, same size: a new mtime
+    assert field(open_gguf(path), "x.n") == 5
+    os.utime(path, (old - 1, old - 1))  # settled again, at another time
+    assert field(open_gguf(path), "x.n") == 5 and open_gguf(path) is open_gguf(path)

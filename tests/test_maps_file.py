@@ -137,7 +137,8 @@ def test_eval_takes_a_base_and_a_maps_file_and_scores_what_the_augmented_gguf_sc
     import json
 
     aug, side, _ = files
-    common = ["needle", "--lengths", "512", "--items", "2", "--modes", "exact", "ridge", "--sinks", "4", "--tail", "64",
+    common = ["needle", "--lengths", "512", "--items", "2", "--needle-tasks", "single/noise/number", "multivalue/prose/number",
+              "--modes", "exact", "ridge", "--sinks", "4", "--tail", "64",
               "--threads", "2", "--no-plots", "--quiet", "--json"]
     runs = {}
     for name, model in (("aug", ["--model", str(aug)]), ("side", ["--model", str(smollm2_path), "--maps", str(side)])):

@@ -178,6 +178,8 @@ def test_gpu_script_dry_run(tmp_path):
 
     want = costmodel.bound(costmodel.Shape(**kv["shape"]), 768, kv["split"], kv["sinks"], kv["tail"], kv=2)
     assert kv["results"][0]["bound_ridge"] == pytest.approx(want)  # the bound of K/V maps, not of input maps
+    over = {r["test"]: r for r in report["overhead"]["tiny-qwen3"]}  # bench overhead beside the lagged K/V maps
+    assert set(over) == {"tg128", "pp512"} and all(r["same_graph"] and r["rounds"] == 2 for r in over.values())
     assert not list((tmp_path / "work" / "models").glob("*.gguf"))  # models removed after measuring
 
 

@@ -9,7 +9,10 @@ Two halves, because the GPU machine has no network and no compiled RidgeFill:
   interleaved, beside the cost-model bound; for a shape whose late layers all attend, also
   random lagged K/V maps in a maps file beside the base (exact / ridge: one product for every
   filled layer's K and V instead of a map, a norm and two projections per layer; ridge^10: the fork
-  selects 10 % of the filled rows by the prompt's last 64 rows, whose probe and second pass it pays).
+  selects 10 % of the filled rows by the prompt's last 64 rows, whose probe and second pass it pays);
+  and for that shape `bench overhead`: tg128 and pp512 (nothing filled) in ridge mode beside the lagged
+  maps against exact mode, interleaved, with the graphs compared node for node (issue 53's "the decode
+  path pays nothing for the fill", on a quiet machine).
 Nothing here needs the compiled bindings, so it runs with the repo's python/ on PYTHONPATH.
 """
 
@@ -23,7 +26,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from . import ttft as bench, synth, report as ttft_report
+from . import overhead, ttft as bench, synth, report as ttft_report
 from .. import fetch
 from ..sources import models
 from ..format.gguf_io import copy_field, field, open_gguf
@@ -98,8 +101,9 @@ def kv_files(shape: str, workdir: Path, split: int) -> tuple[Path, Path] | None:
 def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, workdir: Path, out_json: Path,
         tokenizer: Path, sinks: int = 4, tail: int = 2048, ngl: int = 999, weight_type: str = "f16",
         threads: int = 8, ubatch: int = 2048, deadline: float | None = None, modes=DEFAULT_MODES,
-        progress=print) -> dict:
-    """`deadline` (time.time()): no new prompt length is started after it; results so far are kept."""
+        progress=print, overhead_rounds: int = 4) -> dict:
+    """`deadline` (time.time()): no new prompt length (nor overhead run) is started after it; results so far are
+    kept. `overhead_rounds` 0 skips `bench overhead`."""
     workdir.mkdir(parents=True, exist_ok=True)
     report = {"machine": platform.node(), "gpu": _gpu_name(), "llama_bench": str(llama_bench),
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "shapes": {}}
@@ -123,9 +127,26 @@ def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, wor
         for key in (shape, f"{shape} K/V maps"):
             if key in report["shapes"]:
                 progress(ttft_report.markdown(report["shapes"][key]))
+        _overhead(report, shape, kv_files(shape, workdir, split), llama_bench, overhead_rounds, threads, deadline,
+                  progress)
+        out_json.write_text(json.dumps(report, indent=2))
         for p in [model, *(kv_files(shape, workdir, split) or ())]:
             p.unlink()
     return report
+
+
+def _overhead(report: dict, shape: str, kv: tuple[Path, Path] | None, llama_bench: Path, rounds: int, threads: int,
+              deadline: float | None, progress) -> None:
+    """`bench overhead` beside the shape's lagged K/V maps file, into report["overhead"][shape]."""
+    if kv is None or rounds <= 0:
+        return
+    if deadline is not None and time.time() > deadline:
+        progress(f"{shape}: deadline reached, overhead not measured")
+        return
+    rows = overhead.overhead(str(kv[0]), rounds=rounds, reps=3, threads=threads, tool=str(llama_bench),
+                             progress=progress, maps=str(kv[1]))
+    report.setdefault("overhead", {})[shape] = rows
+    progress(overhead.markdown(f"{shape} + lagged K/V maps", rows))
 
 
 def _add(report: dict, key: str, summary: dict) -> None:

@@ -45,7 +45,7 @@ def _cmd_bench_overhead(args) -> int:
 
         Path(args.json_out).write_text(json.dumps(results, indent=2))
     print(overhead.markdown(args.model, results, args.tolerance))
-    return 0 if all(overhead.within(r, args.tolerance) for r in results) else 1
+    return 0 if all(overhead.within(r, args.tolerance) and r["same_graph"] for r in results) else 1
 
 
 def _cmd_bench_soak(args) -> int:
@@ -180,7 +180,7 @@ def add_commands(sub) -> None:
     bt.set_defaults(func=_cmd_bench_ttft)
 
     bo = bp.add_parser("overhead", help="ridge vs exact where nothing is filled (tg128, a short prompt), interleaved; "
-                                        "exit 1 when a ratio is off by more than --tolerance")
+                                        "exit 1 when a ratio is off by more than --tolerance or the graphs differ")
     bo.add_argument("--model", required=True, help="augmented GGUF (lagged or window maps keep split states)")
     bo.add_argument("--maps", help="a maps file beside --model (the base)")
     bo.add_argument("--rounds", type=int, default=10, help="llama-bench processes, each running both modes")

@@ -6,8 +6,10 @@ them, and are written through a temporary file renamed on success.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import time
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -35,14 +37,30 @@ class _Reader(gguf.GGUFReader):
         self._data = value.view(np.ndarray)
 
 
+SETTLED_S = 2.0  # a file unmodified for this long is parsed once per process (see open_gguf)
+
+
 def open_gguf(path: str | os.PathLike) -> gguf.GGUFReader:
+    """A reader of the GGUF at `path`. Parsing a 50K-entry vocabulary takes seconds, and one command reads the
+    same model several times (identity, defaults, maps), so a file that has not changed for SETTLED_S seconds
+    is parsed once and its reader shared (read-only memmap) until the file's inode, size or times change: a
+    file modified later gets a new mtime at least SETTLED_S past the cached one. A file written just now
+    (a mutant rewritten in place) is parsed every time."""
     path = Path(path)
     if not path.is_file():
         raise MissingFile(f"GGUF not found: {path}")
+    st = path.stat()
     try:
-        return _Reader(path)
+        if time.time() - st.st_mtime < SETTLED_S:
+            return _Reader(path)
+        return _settled_reader(str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     except Exception as err:  # the reader raises ValueError, struct.error, IndexError... on bad files
         raise GGUFError(f"{path} is not a readable GGUF file: {err}") from None
+
+
+@functools.lru_cache(maxsize=4)
+def _settled_reader(path: str, ino: int, size: int, mtime_ns: int, ctime_ns: int) -> gguf.GGUFReader:
+    return _Reader(path)
 
 
 def content_sha256(path: str | os.PathLike, skip_keys: Iterable[str] = (),
