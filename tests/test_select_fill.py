@@ -271,7 +271,9 @@ def test_server_selects_per_request_and_keys_the_cache_on_it(smollm2, smollm2_pa
         assert srv.alive()
 
 
-def test_server_refuses_a_probe_larger_than_a_ubatch(smollm2_path, tmp_path):
+def test_server_refuses_a_probe_larger_than_a_ubatch(smollm2, smollm2_path, sample_text, tmp_path):
+    """Selecting with a probe larger than a ubatch stops the server at load; without selection the server starts,
+    fills, and refuses a request's selection with a 400 that names the probe."""
     from ridgefill.serve.server import LlamaServer, ServerError
 
     log = tmp_path / "srv.log"
@@ -280,6 +282,14 @@ def test_server_refuses_a_probe_larger_than_a_ubatch(smollm2_path, tmp_path):
     with pytest.raises(ServerError, match="exited"):
         srv.start()
     assert "must fit a ubatch" in log.read_text()
+
+    toks = smollm2.tokenize(sample_text)[:SRV_N]
+    with LlamaServer(smollm2_path, SRV_ARGS + ["--ridgefill-probe", "65"], ctx=1024, threads=2) as srv:
+        assert _complete(srv, toks)["timings"]["ridgefill_filled_n"] == SRV_N - 64 - 24
+        with pytest.raises(ServerError) as err:
+            _complete(srv, toks, ridgefill_select=0.1)
+        assert err.value.status == 400 and "--ridgefill-probe" in str(err.value)
+        assert _complete(srv, toks, ridgefill_select=0)["timings"]["ridgefill_selected_n"] == 0
 
 
 def test_llama_bench_reports_selected_rows(smollm2_path):
