@@ -2,6 +2,8 @@
 # TTFT exact vs split prefill on one GPU: the fork built with CUDA, synthetic shapes of the seed's
 # Qwen3.8-27B (qwen35 hybrid) and of llama-3.1-8b (random Q8_0 weights, identity maps at split L/2),
 # 16K-120K prompts, tail 2048; the 27B shape first, so a call that runs out of time has measured it.
+# Beside each shape: bench overhead (nothing filled) and bench batches (every ubatch timed alone, exact against each
+# fill at the same positions, with the cost model's ratio) at the second length.
 # Device runs are timed warm (bench ttft --warmup auto: each prompt once untimed first), so a length takes
 # about twice its TTFTs; RF_DEADLINE_S cuts the lengths that would not fit.
 #
@@ -52,7 +54,7 @@ pack)
     PYTHONPATH="$repo/python" "$repo/.venv/bin/python" -m ridgefill.cli.gpu run --llama-bench "$repo/.venv/bin/llama-bench" \
         --tokenizer "$carry/tokenizer.gguf" --shapes ${RF_SHAPES:-tiny-llama tiny-qwen3} --lengths ${RF_LENGTHS:-1024 2048} \
         --runs "${RF_RUNS:-1}" --modes ${RF_MODES:-exact identity ridge ridge@10} --tail 256 --ngl 0 --threads 2 --ubatch 512 --weight-type f16 \
-        --workdir "$work/models" --out "$out/gpu-ttft-dryrun.json" --overhead-rounds 2
+        --workdir "$work/models" --out "$out/gpu-ttft-dryrun.json" --overhead-rounds 2 --batch-rounds 1
     say "dry run done: $out/gpu-ttft-dryrun.json" ;;
 run)
     [ -f "$carry/llama-src.tar.gz" ] || { echo "no $carry: run 'bench/gpu.sh pack' first and carry build/gpu-carry" >&2; exit 1; }

@@ -180,6 +180,11 @@ def test_gpu_script_dry_run(tmp_path):
     assert kv["results"][0]["bound_ridge"] == pytest.approx(want)  # the bound of K/V maps, not of input maps
     over = {r["test"]: r for r in report["overhead"]["tiny-qwen3"]}  # bench overhead beside the lagged K/V maps
     assert set(over) == {"tg128", "pp512"} and all(r["same_graph"] and r["rounds"] == 2 for r in over.values())
+    bt = report["batches"]  # every ubatch timed alone, exact against each fill at the same positions
+    assert set(bt) == {"tiny-qwen3", "tiny-qwen3 K/V maps"}
+    rows = bt["tiny-qwen3 K/V maps"]["batches"]
+    assert [(r["lo"], r["hi"], r["kind"]) for r in rows] == [(0, 512, "mixed"), (512, 768, "last")]
+    assert rows[0]["filled"]["ridge"] == 508 and rows[1]["routed"]["ridge^10"] == 51
     assert not list((tmp_path / "work" / "models").glob("*.gguf"))  # models removed after measuring
 
 

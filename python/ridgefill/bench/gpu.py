@@ -12,7 +12,9 @@ Two halves, because the GPU machine has no network and no compiled RidgeFill:
   selects 10 % of the filled rows by the prompt's last 64 rows, whose probe and second pass it pays);
   and for that shape `bench overhead`: tg128 and pp512 (nothing filled) in ridge mode beside the lagged
   maps against exact mode, interleaved, with the graphs compared node for node (issue 53's "the decode
-  path pays nothing for the fill", on a quiet machine).
+  path pays nothing for the fill", on a quiet machine); then `bench batches` at one length: every ubatch
+  synchronized and timed alone, exact against each fill mode at the same positions beside the cost
+  model's ratio (which ubatches fall short of the bound: the fill's, the tail's, the probe's).
 Nothing here needs the compiled bindings, so it runs with the repo's python/ on PYTHONPATH.
 """
 
@@ -26,7 +28,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from . import overhead, ttft as bench, synth, report as ttft_report
+from . import batches, overhead, ttft as bench, synth, report as ttft_report
 from .. import fetch
 from ..sources import models
 from ..format.gguf_io import copy_field, field, open_gguf
@@ -101,9 +103,10 @@ def kv_files(shape: str, workdir: Path, split: int) -> tuple[Path, Path] | None:
 def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, workdir: Path, out_json: Path,
         tokenizer: Path, sinks: int = 4, tail: int = 2048, ngl: int = 999, weight_type: str = "f16",
         threads: int = 8, ubatch: int = 2048, deadline: float | None = None, modes=DEFAULT_MODES,
-        progress=print, overhead_rounds: int = 4) -> dict:
-    """`deadline` (time.time()): no new prompt length (nor overhead run) is started after it; results so far are
-    kept. `overhead_rounds` 0 skips `bench overhead`."""
+        progress=print, overhead_rounds: int = 4, batch_rounds: int = 2) -> dict:
+    """`deadline` (time.time()): no new prompt length (nor overhead or batch run) is started after it; results so
+    far are kept. `overhead_rounds` 0 skips `bench overhead`, `batch_rounds` 0 `bench batches` (at the second
+    length, or the only one)."""
     workdir.mkdir(parents=True, exist_ok=True)
     report = {"machine": platform.node(), "gpu": _gpu_name(), "llama_bench": str(llama_bench),
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "shapes": {}}
@@ -130,6 +133,18 @@ def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, wor
         _overhead(report, shape, kv_files(shape, workdir, split), llama_bench, overhead_rounds, threads, deadline,
                   progress)
         out_json.write_text(json.dumps(report, indent=2))
+        n_batches = lengths[min(1, len(lengths) - 1)]
+        batch_runs = [(shape, model, None, modes)]
+        if kv_files(shape, workdir, split):
+            batch_runs.append((f"{shape} K/V maps", *kv_files(shape, workdir, split), ("exact", "ridge", "ridge^10")))
+        for key, path, maps, ms in batch_runs:
+            if batch_rounds <= 0 or (deadline is not None and time.time() > deadline):
+                break
+            res = batches.batch_times(str(path), n_batches, ms, batch_rounds, threads, ubatch, split, sinks, tail,
+                                      str(llama_bench), ngl, maps and str(maps), warmup=ngl != 0, progress=progress)
+            report.setdefault("batches", {})[key] = res
+            progress(batches.markdown(res))
+            out_json.write_text(json.dumps(report, indent=2))
         for p in [model, *(kv_files(shape, workdir, split) or ())]:
             p.unlink()
     return report

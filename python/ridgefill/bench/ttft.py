@@ -42,6 +42,22 @@ def run_llama_bench(model: str, n_tokens: int, mode: str, threads: int, batch: i
                     extra_args: tuple = (), warmup: bool = False) -> tuple[float, float, str]:
     """One timed prompt (after one untimed run of it with `warmup`); returns (milliseconds, peak RSS in MB,
     fill report line)."""
+    row, rss_mb = llama_bench_row(model, n_tokens, mode, threads, batch, ubatch, split, sinks, tail, flash_attn, tool,
+                                  extra_args, warmup)
+    base, share = parse_mode(mode)
+    report = "" if base == "exact" else f"{row['ridgefill_filled_n']} rows filled, {row['ridgefill_full_n']} full"
+    if share > 0:
+        report += f", {row['ridgefill_routed_n']} routed"
+    if selected_share(mode) > 0:
+        report += f", {row['ridgefill_selected_n']} selected"
+    return row["avg_ns"] / 1e6, rss_mb, report
+
+
+def llama_bench_row(model: str, n_tokens: int, mode: str, threads: int, batch: int, ubatch: int,
+                    split: int | None, sinks: int, tail: int, flash_attn: str = "on", tool: str | None = None,
+                    extra_args: tuple = (), warmup: bool = False) -> tuple[dict, float]:
+    """One llama-bench process timing one prompt: its JSON row, checked to have measured the mode asked for,
+    and the process's peak RSS in MB."""
     cmd = [str(tool or tool_path("llama-bench")), *extra_args, "-m", str(model), "-p", str(n_tokens), "-n", "0", "-r", "1",
            *([] if warmup else ["--no-warmup"]), "-t", str(threads), "-b", str(batch), "-ub", str(ubatch), "-fa", flash_attn,
            "-o", "json"]
@@ -63,12 +79,7 @@ def run_llama_bench(model: str, n_tokens: int, mode: str, threads: int, batch: i
     if measured != asked or (split is not None and mode != "exact" and row["ridgefill_split"] != split):
         raise BenchError(f"llama-bench measured ridgefill/sink/tail {measured} at split {row['ridgefill_split']}, "
                          f"not {asked} at split {split}")
-    report = "" if base == "exact" else f"{row['ridgefill_filled_n']} rows filled, {row['ridgefill_full_n']} full"
-    if share > 0:
-        report += f", {row['ridgefill_routed_n']} routed"
-    if selected_share(mode) > 0:
-        report += f", {row['ridgefill_selected_n']} selected"
-    return row["avg_ns"] / 1e6, usage.ru_maxrss / 1024, report
+    return row, usage.ru_maxrss / 1024
 
 
 def round_order(modes, i: int) -> list:

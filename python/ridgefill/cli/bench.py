@@ -1,4 +1,4 @@
-"""`ridgefill bench ttft|overhead|soak|placement|report|fit`: the maintained benchmarks."""
+"""`ridgefill bench ttft|batches|overhead|soak|placement|report|fit`: the maintained benchmarks."""
 
 from __future__ import annotations
 
@@ -31,6 +31,22 @@ def _cmd_bench_ttft(args) -> int:
     if args.plot:
         log(f"plot: {ttft_report.plot(list(summaries.values()), args.plot)}")
     print(json.dumps(summaries, indent=2) if args.json else "\n\n".join(map(ttft_report.markdown, summaries.values())))
+    return 0
+
+
+def _cmd_bench_batches(args) -> int:
+    from ..bench import batches
+
+    log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.quiet else (lambda msg: None)
+    result = batches.batch_times(args.model, args.length, modes=tuple(args.modes), rounds=args.rounds,
+                                 threads=args.threads, ubatch=args.ubatch, split=args.split, sinks=args.sinks,
+                                 tail=args.tail, ngl=args.n_gpu_layers, maps=args.maps, warmup=args.warmup == "on",
+                                 progress=log)
+    if args.json_out:
+        from pathlib import Path
+
+        Path(args.json_out).write_text(json.dumps(result, indent=2))
+    print(batches.markdown(result))
     return 0
 
 
@@ -178,6 +194,24 @@ def add_commands(sub) -> None:
                          "whose first prompt in a process pays set-up a serving process has long paid)")
     bt.add_argument("--quiet", action="store_true")
     bt.set_defaults(func=_cmd_bench_ttft)
+
+    bb = bp.add_parser("batches", help="a prompt's batches timed one at a time (llama-bench --ridgefill-batch-times), "
+                                       "exact vs fill at the same positions, beside the cost model's ratio")
+    bb.add_argument("--model", required=True, help="augmented GGUF (ridge), or any GGUF with --modes exact identity")
+    bb.add_argument("--maps", help="a maps file beside --model (the base)")
+    bb.add_argument("--length", type=int, default=4096, help="prompt tokens")
+    list_option(bb, "--modes", mode, default=["exact", "ridge"], help="exact and fill modes (ridge@P, ridge^Q, ...)")
+    bb.add_argument("--rounds", type=int, default=3, help="interleaved llama-bench runs per mode (median reported)")
+    bb.add_argument("--threads", type=int, default=2)
+    bb.add_argument("--split", type=int, default=None, help="default: the model's ridgefill.split_layer")
+    bb.add_argument("--sinks", type=int, default=None)
+    bb.add_argument("--tail", type=int, default=None)
+    bb.add_argument("--ubatch", type=int, default=512, help="rows a batch (llama-bench -b and -ub)")
+    add_gpu_layers(bb)
+    bb.add_argument("--warmup", choices=("on", "off"), default="off", help="each process's prompt once untimed first")
+    bb.add_argument("--json-out")
+    bb.add_argument("--quiet", action="store_true")
+    bb.set_defaults(func=_cmd_bench_batches)
 
     bo = bp.add_parser("overhead", help="ridge vs exact where nothing is filled (tg128, a short prompt), interleaved; "
                                         "exit 1 when a ratio is off by more than --tolerance or the graphs differ")

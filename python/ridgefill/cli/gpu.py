@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--deadline-s", type=float, default=None, help="start no new length after this many seconds")
     rn.add_argument("--overhead-rounds", type=int, default=4,
                     help="bench overhead's rounds beside each lagged K/V maps file (0: skip it)")
+    rn.add_argument("--batch-rounds", type=int, default=2,
+                    help="bench batches' rounds (every ubatch timed alone) at the second length (0: skip it)")
     args = ap.parse_args(argv)
     if args.cmd == "pack":
         print(gpu.pack_carry(args.src, args.dest))
@@ -57,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     gpu.run(args.llama_bench, args.shapes, args.lengths, args.runs, args.workdir, args.out, args.tokenizer,
         sinks=args.sinks, tail=args.tail, ngl=args.ngl, weight_type=args.weight_type, threads=args.threads,
         ubatch=args.ubatch, deadline=None if args.deadline_s is None else time.time() + args.deadline_s,
-        modes=tuple(args.modes), progress=log, overhead_rounds=args.overhead_rounds)
+        modes=tuple(args.modes), progress=log, overhead_rounds=args.overhead_rounds,
+        batch_rounds=args.batch_rounds)
     print(f"results: {args.out}")
     return 0
 
