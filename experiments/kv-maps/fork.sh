@@ -28,6 +28,6 @@ S=$R/needles-4k-kv
 mkdir -p $S/items
 for f in $F/eval/items/needle-*N4096.json; do ln -sfn "../../../../../../$f" "$S/items/$(basename "$f")"; done
 .venv/bin/ridgefill eval needle --model $R/fit/kv.gguf --split 12 --sinks 4 --tail 1024 --lengths 4096 \
-  --modes ridge --threads "$THREADS" --no-plots --quiet --out $S
+  --modes ridge --items 6 --threads "$THREADS" --no-plots --quiet --out $S
 .venv/bin/python experiments/fit-fixes/compare_stores.py --split 12 --ref $L:ridge $F/eval $S:ridge \
   experiments/kv-maps/results/qwen0.5b-s12-needles/needles:pykv-lag1kv | tee $R/needles-4k.md

@@ -24,8 +24,7 @@ S=$R/ruler-4k-lagkeys-qstart
 [ "${LOSS:-1}" = 1 ] || exit 0
 L=$R/loss-4k-lagkeys-select
 experiments/question-selection/link-items.sh bench/results/frontier-qwen2.5-coder-0.5b-4k/eval $L loss-N4096.json
-# exact defines the distant-dependent tokens: calib-size's exact records of the same GGUF are taken, not run again
-[ -f $L/results.jsonl ] || grep '"mode": "exact"' $C/loss-4k-lagkeys/results.jsonl > $L/results.jsonl
+# exact defines the distant-dependent tokens (its records are per GGUF, and calib-size's predate the refit)
 .venv/bin/ridgefill eval loss --model $G --split 12 --sinks 4 --tail 1024 --lengths 4096 \
   --modes exact "ridge^10" --docs 16 --threads "$THREADS" --no-plots --quiet --out $L
 .venv/bin/python experiments/fit-fixes/compare_stores.py --metric loss_distant --split 12 \
