@@ -72,9 +72,11 @@ def _batch_rows(costs: _Costs, ubatch: int, modes: list[str], median_ms: dict, c
         filled = max(0, min(hi, f_hi) - max(lo, f_lo))
         row = {"lo": lo, "hi": hi, "kind": _kind(lo, hi, costs.n, f_lo, f_hi),
                "ms": {m: float(median_ms[m][i]) for m in modes}, "cost": {m: costs(m, lo, hi) for m in modes},
-               "filled": {}, "routed": {}}
+               "filled": {}, "routed": {}, "ratio": {}, "bound": {}}
         for m in modes[1:]:
             row["filled"][m], row["routed"][m] = counts[m]["filled"][i], counts[m]["routed"][i]
+            row["ratio"][m] = row["ms"]["exact"] / row["ms"][m]
+            row["bound"][m] = row["cost"]["exact"] / row["cost"][m]
             if row["filled"][m] != filled:
                 raise BenchError(f"llama-bench filled {row['filled'][m]} rows of batch [{lo}, {hi}) in {m}, where the "
                                  f"fill range [{f_lo}, {f_hi}) holds {filled}")
@@ -126,7 +128,7 @@ def markdown(result: dict) -> str:
     for r in result["batches"]:
         cells = []
         for m in fills:
-            ratio, bound = r["ms"]["exact"] / r["ms"][m], r["cost"]["exact"] / r["cost"][m]
+            ratio, bound = r["ratio"][m], r["bound"][m]
             note = f" ({r['routed'][m]} routed)" if r["routed"][m] else ""
             cells.append(f"{r['ms'][m]:.0f}{note}, {ratio:.2f}x / {bound:.2f}x / {ratio / bound:.0%}")
         lines.append(f"| [{r['lo']}, {r['hi']}) | {r['kind']} | {r['ms']['exact']:.0f} | {' | '.join(cells)} |")
