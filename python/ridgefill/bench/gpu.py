@@ -133,17 +133,15 @@ def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, wor
         _overhead(report, shape, kv_files(shape, workdir, split), llama_bench, overhead_rounds, threads, deadline,
                   progress)
         out_json.write_text(json.dumps(report, indent=2))
-        n_batches = lengths[min(1, len(lengths) - 1)]
-        batch_runs = [(shape, model, None, modes)]
+        timed = [(shape, model, None, modes)]
         if kv_files(shape, workdir, split):
-            batch_runs.append((f"{shape} K/V maps", *kv_files(shape, workdir, split), ("exact", "ridge", "ridge^10")))
-        for key, path, maps, ms in batch_runs:
-            if batch_rounds <= 0 or (deadline is not None and time.time() > deadline):
+            timed.append((f"{shape} K/V maps", *kv_files(shape, workdir, split), ("exact", "ridge", "ridge^10")))
+        for key, path, maps, ms in timed if batch_rounds > 0 else ():
+            if deadline is not None and time.time() > deadline:
+                progress(f"{key}: deadline reached, batches not timed")
                 break
-            res = batches.batch_times(str(path), n_batches, ms, batch_rounds, threads, ubatch, split, sinks, tail,
-                                      str(llama_bench), ngl, maps and str(maps), warmup=ngl != 0, progress=progress)
-            report.setdefault("batches", {})[key] = res
-            progress(batches.markdown(res))
+            _batches(report, key, path, maps, ms, lengths[min(1, len(lengths) - 1)], llama_bench, batch_rounds,
+                     threads, ubatch, split, sinks, tail, ngl, progress)
             out_json.write_text(json.dumps(report, indent=2))
         for p in [model, *(kv_files(shape, workdir, split) or ())]:
             p.unlink()
@@ -162,6 +160,15 @@ def _overhead(report: dict, shape: str, kv: tuple[Path, Path] | None, llama_benc
                              progress=progress, maps=str(kv[1]))
     report.setdefault("overhead", {})[shape] = rows
     progress(overhead.markdown(f"{shape} + lagged K/V maps", rows))
+
+
+def _batches(report: dict, key: str, model: Path, maps: Path | None, modes, n: int, llama_bench: Path, rounds: int,
+             threads: int, ubatch: int, split: int, sinks: int, tail: int, ngl: int, progress) -> None:
+    """`bench batches` of one model (and maps file) at n tokens, into report["batches"][key]."""
+    res = batches.batch_times(str(model), n, modes, rounds, threads, ubatch, split, sinks, tail, str(llama_bench), ngl,
+                              maps and str(maps), warmup=ngl != 0, progress=progress)
+    report.setdefault("batches", {})[key] = res
+    progress(batches.markdown(res))
 
 
 def _add(report: dict, key: str, summary: dict) -> None:
