@@ -83,3 +83,15 @@ def test_bench_batches_sets_each_batch_beside_the_cost_model(smollm2_path):
     assert kinds["all"]["identity"]["bound"] == pytest.approx(costmodel.bound(shape, N, SPLIT, SINKS, TAIL,
                                                                               with_map=False))
     assert "| [128, 256) | fill |" in batches.markdown(res)
+
+
+def test_bench_batches_refuses_counts_below_one(capsys):
+    from ridgefill.cli.commands import build_parser
+
+    ap = build_parser()
+    args = ap.parse_args(["bench", "batches", "--model", "m.gguf", "--modes", "exact", "ridge^10"])
+    assert (args.length, args.rounds, args.ubatch, list(args.modes)) == (4096, 3, 512, ["exact", "ridge^10"])
+    for flag in ("--length", "--rounds", "--ubatch"):
+        with pytest.raises(SystemExit):
+            ap.parse_args(["bench", "batches", "--model", "m.gguf", flag, "0"])
+        assert f"argument {flag}: 0: need an integer > 0" in capsys.readouterr().err
