@@ -22,15 +22,15 @@ def test_batch_rows_refuse_a_fill_the_range_does_not_hold():
     ms = {"exact": np.ones(4), "identity": np.ones(4)}
     good = {"exact": {"rows": rows, "filled": [0] * 4, "routed": [0] * 4},
             "identity": {"rows": rows, "filled": [124, 128, 128, 64], "routed": [0] * 4}}
-    out = batches._batch_rows(_costs(), UB, ["exact", "identity"], ms, good)
+    out = batches._batch_rows(_costs(), ["exact", "identity"], ms, good)
     assert [r["kind"] for r in out] == ["mixed", "fill", "fill", "last"]
     assert [r["filled"]["identity"] for r in out] == [124, 128, 128, 64]
     bad = dict(good, identity=dict(good["identity"], filled=[124, 128, 127, 64]))
     with pytest.raises(BenchError, match=r"filled 127 rows of batch \[256, 384\)"):
-        batches._batch_rows(_costs(), UB, ["exact", "identity"], ms, bad)
+        batches._batch_rows(_costs(), ["exact", "identity"], ms, bad)
     short = dict(good, exact=dict(good["exact"], rows=rows[:3]))
     with pytest.raises(BenchError, match="384 rows in all"):
-        batches._batch_rows(_costs(), UB, ["exact", "identity"], {m: v[:3] for m, v in ms.items()}, short)
+        batches._batch_rows(_costs(), ["exact", "identity"], {m: v[:3] for m, v in ms.items()}, short)
 
 
 def test_kinds_sum_times_and_costs():

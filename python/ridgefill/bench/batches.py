@@ -14,9 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import costmodel
-from .report import kv_maps, lagged_maps
+from .report import kv_maps, lagged_maps, mode_costs
 from .ttft import BenchError, fill_settings, llama_bench_row, round_order
-from ..fit.route import parse_mode, selected_share
 from ..runtime.split_prefill import fill_range
 from ..serve.server import maps_flags
 
@@ -43,7 +42,7 @@ def batch_times(model: str, n_tokens: int, modes=("exact", "ridge"), rounds: int
             progress(f"  {n_tokens} tokens, round {i + 1}/{rounds}, {mode}: {ms[mode][-1].sum():.0f} ms "
                      f"over {len(ms[mode][-1])} batches")
     costs = _Costs(costmodel.Shape.from_gguf(model), n_tokens, split, sinks, tail, lagged_maps(meta), kv_maps(meta))
-    rows = _batch_rows(costs, ubatch, modes, {m: np.median(np.stack(v), axis=0) for m, v in ms.items()}, counts)
+    rows = _batch_rows(costs, modes, {m: np.median(np.stack(v), axis=0) for m, v in ms.items()}, counts)
     return {"model": str(model), "maps": maps, "n_tokens": n_tokens, "ubatch": ubatch, "split": split,
             "sinks": sinks, "tail": tail, "threads": threads, "rounds": rounds, "modes": modes, "batches": rows,
             "kinds": _by_kind(rows, modes)}
@@ -59,12 +58,11 @@ class _Costs:
     def __call__(self, mode: str, lo: int, hi: int) -> float:
         if mode == "exact":
             return sum(costmodel.layer_costs(self.shape, lo, hi, n=self.n))
-        base, share = parse_mode(mode)
-        return sum(costmodel.layer_costs(self.shape, lo, hi, self.split, self.sinks, self.tail, base == "ridge",
-                                         share, self.lagged, n=self.n, kv=self.kv, select=selected_share(mode)))
+        return sum(costmodel.layer_costs(self.shape, lo, hi, self.split, self.sinks, self.tail, lagged=self.lagged,
+                                         n=self.n, kv=self.kv, **mode_costs(mode)))
 
 
-def _batch_rows(costs: _Costs, ubatch: int, modes: list[str], median_ms: dict, counts: dict) -> list[dict]:
+def _batch_rows(costs: _Costs, modes: list[str], median_ms: dict, counts: dict) -> list[dict]:
     f_lo, f_hi = fill_range(costs.n, costs.sinks, costs.tail)
     rows, lo = [], 0
     for i, n_rows in enumerate(counts["exact"]["rows"]):
