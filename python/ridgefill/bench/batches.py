@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import costmodel
-from .report import kv_maps, lagged_maps, mode_costs
+from .report import kv_maps, lagged_maps
 from .ttft import BenchError, fill_settings, llama_bench_row, round_order
 from ..runtime.split_prefill import fill_range
 from ..serve.server import maps_flags
@@ -59,7 +59,7 @@ class _Costs:
         if mode == "exact":
             return sum(costmodel.layer_costs(self.shape, lo, hi, n=self.n))
         return sum(costmodel.layer_costs(self.shape, lo, hi, self.split, self.sinks, self.tail, lagged=self.lagged,
-                                         n=self.n, kv=self.kv, **mode_costs(mode)))
+                                         n=self.n, kv=self.kv, **costmodel.mode_costs(mode)))
 
 
 def _batch_rows(costs: _Costs, modes: list[str], median_ms: dict, counts: dict) -> list[dict]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from ..errors import InputError
+from ..fit.route import parse_mode, selected_share
 from ..runtime import PROBE_ROWS, fill_range
 
 
@@ -207,6 +208,12 @@ def _add_selection(sh: Shape, out: list[float], n: int, split: int, f_lo: int, f
         if il >= split:
             out[il] += select * _full_rows(sh, [il], f_lo, f_hi)
         out[il] += _full_rows(sh, [il], n - p, n)
+
+
+def mode_costs(mode: str) -> dict:
+    """The cost model's arguments for a fill mode's name (`ridge@5^10`: maps, 5 % routed, 10 % selected)."""
+    base, share = parse_mode(mode)
+    return {"with_map": base == "ridge", "route": share, "select": selected_share(mode)}
 
 
 def bound(sh: Shape, n: int, split: int, sinks: int, tail: int, with_map: bool = True, route: float = 0.0,

@@ -18,7 +18,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from .costmodel import Shape, layer_costs, prefill_cost
+from .costmodel import Shape, layer_costs, mode_costs, prefill_cost
 from ..errors import InputError
 
 EXHAUSTIVE_LIMIT = 200_000  # placements tried one by one; above it, local searches (a few % off the best where tried)
@@ -142,14 +142,9 @@ def _local_search(costs, counts: tuple[int, ...]) -> tuple[int, ...]:
 
 def fill_of(mode: str, split: int | None, sinks: int, tail: int, lagged: float = 0, kv: float = 0) -> Fill:
     """The Fill of a bench mode (exact, identity, ridge, identity@P, ridge@P, any of them ^Q)."""
-    from ..fit.route import parse_mode, selected_share
-
-    base, share = parse_mode(mode)
-    if base == "exact":
+    if mode == "exact":
         return Fill()
-    ridge = base == "ridge"
-    return Fill(split, sinks, tail, with_map=ridge, route=share, lagged=lagged if ridge else 0, kv=kv if ridge else 0,
-                select=selected_share(mode))
+    return Fill(split, sinks, tail, lagged=lagged, kv=kv, **mode_costs(mode))
 
 
 def pipelined(n_devices: int, n_layer: int, ngl: int) -> bool:

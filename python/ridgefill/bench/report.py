@@ -31,12 +31,6 @@ class LengthResult:
         return statistics.median(self.ms[mode])
 
 
-def mode_costs(mode: str) -> dict:
-    """The cost model's arguments for a fill mode's name (`ridge@5^10`: maps, 5 % routed, 10 % selected)."""
-    base, share = parse_mode(mode)
-    return {"with_map": base == "ridge", "route": share, "select": selected_share(mode)}
-
-
 def summarize(model, results, shape, split, sinks, tail, threads, modes, maps: int = 0, lagged: float = 0,
               kv: float = 0) -> dict:
     rows = []
@@ -48,7 +42,7 @@ def summarize(model, results, shape, split, sinks, tail, threads, modes, maps: i
             if mode == "exact":
                 continue
             ratio = r.median("exact") / r.median(mode)
-            b = costmodel.bound(shape, r.n_tokens, split, sinks, tail, lagged=lagged, kv=kv, **mode_costs(mode))
+            b = costmodel.bound(shape, r.n_tokens, split, sinks, tail, lagged=lagged, kv=kv, **costmodel.mode_costs(mode))
             row[f"ratio_{mode}"] = ratio
             row[f"bound_{mode}"] = b
             row[f"of_bound_{mode}"] = ratio / b
