@@ -280,7 +280,7 @@ class Context {
   public:
     Context(std::shared_ptr<Model> model, uint32_t n_ctx, uint32_t n_batch, uint32_t n_ubatch, int n_threads,
             const std::string & flash_attn, const std::string & type_k, const std::string & type_v,
-            const std::vector<int> & capture_layers, uint32_t n_seq_max)
+            const std::vector<int> & capture_layers, uint32_t n_seq_max, bool swa_full)
         : model_(std::move(model)) {
         if (n_ctx == 0 || n_batch == 0 || n_ubatch == 0) {
             throw py::value_error("n_ctx, n_batch and n_ubatch must be positive");
@@ -293,6 +293,7 @@ class Context {
         cp.n_batch         = n_batch;
         cp.n_ubatch        = n_ubatch;
         cp.n_seq_max       = n_seq_max;
+        cp.swa_full        = swa_full;
         cp.n_threads       = n_threads;
         cp.n_threads_batch = n_threads;
         cp.flash_attn_type = parse_flash_attn(flash_attn);
@@ -689,10 +690,10 @@ PYBIND11_MODULE(_core, m) {
 
     py::class_<Context>(m, "Context")
         .def(py::init<std::shared_ptr<Model>, uint32_t, uint32_t, uint32_t, int, const std::string &, const std::string &,
-                      const std::string &, const std::vector<int> &, uint32_t>(),
+                      const std::string &, const std::vector<int> &, uint32_t, bool>(),
              py::arg("model"), py::arg("n_ctx") = 4096, py::arg("n_batch") = 2048, py::arg("n_ubatch") = 512,
              py::arg("n_threads") = 2, py::arg("flash_attn") = "auto", py::arg("type_k") = "f16", py::arg("type_v") = "f16",
-             py::arg("capture_layers") = std::vector<int>{}, py::arg("n_seq_max") = 1)
+             py::arg("capture_layers") = std::vector<int>{}, py::arg("n_seq_max") = 1, py::arg("swa_full") = true)
         .def_property_readonly("n_ctx", &Context::n_ctx)
         .def_property_readonly("n_batch", &Context::n_batch)
         .def_property_readonly("n_ubatch", &Context::n_ubatch)

@@ -28,8 +28,8 @@ SPLIT, N, SINKS, TAIL, PROBE, UBATCH = 20, 200, 8, 16, 16, 256
 POOL = ("max", 63)  # LLAMA_RF_SELECT_POOL
 
 
-def _ctx(model, capture=(), ubatch=UBATCH):
-    return model.context(n_ctx=1024, n_batch=UBATCH, n_ubatch=ubatch, threads=2, flash_attn="on", kv_type="f32",
+def _ctx(model, capture=(), ubatch=UBATCH, batch=UBATCH):
+    return model.context(n_ctx=1024, n_batch=batch, n_ubatch=ubatch, threads=2, flash_attn="on", kv_type="f32",
                          capture=capture)
 
 
@@ -37,8 +37,8 @@ def _cache(ctx, n_layer, n=N):
     return {(il, part): ctx.state_get(il, part, 0, n) for il in range(n_layer) for part in ("k", "v")}
 
 
-def _select(model, toks, q, split=SPLIT, probe=PROBE, tail=TAIL, ubatch=UBATCH):
-    ctx = _ctx(model, ubatch=ubatch)
+def _select(model, toks, q, split=SPLIT, probe=PROBE, tail=TAIL, ubatch=UBATCH, batch=UBATCH):
+    ctx = _ctx(model, ubatch=ubatch, batch=batch)
     ctx.set_fill("identity", split)
     ctx.set_select(q, probe)
     res = ctx.prefill(toks, sinks=SINKS, tail=tail)
@@ -66,13 +66,16 @@ def test_q0_is_the_plain_fill_bit_for_bit(smollm2, prompt):
         np.testing.assert_array_equal(rows, want[key], err_msg=str(key))
 
 
-def _exact_same_cuts(model, toks, tail=TAIL, ubatch=UBATCH):
-    """Exact prefill in the ubatches a selecting fill runs: sinks, the fill range, the tail (= the probe)."""
-    ctx = _ctx(model, ubatch=ubatch)
+def _exact_same_cuts(model, toks, tail=TAIL, ubatch=UBATCH, batch=UBATCH):
+    """Exact prefill in the ubatches a selecting fill runs: sinks, the fill range cut where the prompt's n_batch
+    chunks end, the tail (= the probe)."""
+    ctx = _ctx(model, ubatch=ubatch, batch=batch)
     ctx.set_fill("exact")
     n = len(toks)
     ctx.decode(toks[:SINKS], 0, outputs="none")
-    ctx.decode(toks[SINKS : n - tail], SINKS, outputs="none")
+    cuts = [SINKS, *range(batch, n - tail, batch), n - tail]
+    for lo, hi in zip(cuts, cuts[1:]):
+        ctx.decode(toks[lo:hi], lo, outputs="none")
     ctx.decode(toks[n - tail :], n - tail, outputs="last")
     return ctx, ctx.logits()[0]
 
@@ -221,17 +224,78 @@ def test_bad_values_are_refused(smollm2):
     assert ctx.select == pytest.approx(0.1) and ctx.probe == 32
 
 
-def test_sliding_window_and_recurrent_memories_are_refused(gemma3_or_hybrid):
-    ctx = gemma3_or_hybrid.context(n_ctx=512, n_batch=64, n_ubatch=64, threads=2, kv_type="f32")
+def test_recurrent_memories_and_windows_not_cached_are_refused(tiny_qwen35, gemma3):
+    ctx = tiny_qwen35.context(n_ctx=512, n_batch=64, n_ubatch=64, threads=2, kv_type="f32")
     with pytest.raises(InputError, match="selection is not supported"):
         ctx.set_select(0.1, 16)
+    ctx = gemma3.context(n_ctx=2048, n_batch=64, n_ubatch=64, threads=2, kv_type="f32", swa_full=False)
+    with pytest.raises(InputError, match="full-size SWA cache"):
+        ctx.set_select(0.1, 16)
+    ctx.set_select(0.0, 16)  # selecting nothing needs no window
 
 
-@pytest.fixture(params=["gemma3-270m", "tiny-qwen35"])
-def gemma3_or_hybrid(request, shared_models):
+@pytest.fixture(scope="module")
+def tiny_qwen35(shared_models):
     from ridgefill.runtime import Model
 
-    return Model(shared_models.base(request.param))
+    return Model(shared_models.base("tiny-qwen35"))
+
+
+# ---- a sliding-window model: gemma3's five window layers of six read their 512-row windows ---------------------
+
+G_N, G_SPLIT = 832, 12  # longer than the window; layers 5 and 11 are the global ones up to the split
+
+
+@pytest.fixture(scope="module")
+def gemma3(shared_models):
+    from ridgefill.runtime import Model
+
+    return Model(shared_models.base("gemma3-270m"))
+
+
+@pytest.fixture(scope="module")
+def gemma3_prompt(gemma3, sample_text):
+    toks = np.asarray(gemma3.tokenize(sample_text)[:G_N], np.int32)
+    assert len(toks) == G_N
+    return toks
+
+
+def test_gemma3_q1_equals_exact_beyond_its_window(gemma3, gemma3_prompt):
+    """Every filled row selected: each runs the late window layers at the probe over the window the full-size SWA
+    cache still holds, so cache and logits equal exact prefill cut into the same ubatches (one batch: the selected
+    rows' pass cuts them where the fill did; a quantized model's kernels round by ubatch size)."""
+    ctx, res = _select(gemma3, gemma3_prompt, 1.0, split=G_SPLIT, batch=G_N)
+    assert ctx.selected_count == res.n_filled == G_N - SINKS - TAIL
+    ref, logits = _exact_same_cuts(gemma3, gemma3_prompt, batch=G_N)
+    want = _cache(ref, gemma3.n_layer, G_N)
+    for key, rows in _cache(ctx, gemma3.n_layer, G_N).items():
+        np.testing.assert_allclose(rows, want[key], rtol=1e-4, atol=1e-4, err_msg=str(key))
+    np.testing.assert_allclose(res.logits, logits, rtol=1e-3, atol=1e-3)
+    plain, _ = _select(gemma3, gemma3_prompt, 0.0, split=G_SPLIT)
+    assert np.abs(plain.logits() - logits).max() > 1.0
+
+
+def test_gemma3_probes_its_global_layers_as_numpy_does(gemma3, gemma3_prompt):
+    """The scores come from the global layers up to the split (a window does not reach the filled rows from the
+    prompt's end): numpy's attention_paid over the captured inputs of layers 5 and 11."""
+    cap = _ctx(gemma3, capture=range(G_SPLIT + 1))
+    inputs = {il: np.empty((G_N, gemma3.n_embd), np.float32) for il in range(G_SPLIT + 1)}
+    for start, m in cap.decode_chunks(gemma3_prompt, 0, 0, "none"):
+        for il in inputs:
+            inputs[il][start : start + m] = cap.layer_input(il)
+    layers = attention_layers(gemma3.path, list(range(G_SPLIT + 1)))
+    global_layers = [il for il in layers if not layers[il].window]
+    assert global_layers == [5, 11]
+    paid = {il: attention_paid(layers[il], inputs[il], PROBE) for il in layers}
+    want = np.max([paid[il] for il in global_layers], axis=0)
+    every_layer = np.max(list(paid.values()), axis=0)
+    ctx, _ = _select(gemma3, gemma3_prompt, 0.1, split=G_SPLIT)
+    got = ctx.select_scores()
+    assert got.shape == (G_N,)
+    # a quantized model: ggml rounds the activations it multiplies by q4_K weights, numpy does not
+    err = np.abs(got - want).mean()
+    assert err < 3e-3 and np.corrcoef(got, want)[0, 1] > 0.995, err
+    assert np.abs(got - every_layer).mean() > 10 * err  # the window layers are not probed
 
 
 # ---- llama-server and llama-bench ---------------------------------------------------------
@@ -290,6 +354,29 @@ def test_server_refuses_a_probe_larger_than_a_ubatch(smollm2, smollm2_path, samp
             _complete(srv, toks, ridgefill_select=0.1)
         assert err.value.status == 400 and "--ridgefill-probe" in str(err.value)
         assert _complete(srv, toks, ridgefill_select=0)["timings"]["ridgefill_selected_n"] == 0
+
+
+def test_server_selects_on_gemma3_with_a_full_size_window_cache(gemma3, gemma3_prompt, tmp_path):
+    """A sliding-window model selects with --swa-full and says what it needs without it: at load where
+    --ridgefill-select asks, with a 400 where a request does."""
+    from ridgefill.serve.server import LlamaServer, ServerError
+
+    args = ["-b", "256", "-ub", "256", "-fa", "on", "--ridgefill", "identity", "--ridgefill-split", str(G_SPLIT),
+            "--ridgefill-sink", "64", "--ridgefill-tail", "64"]
+    log = tmp_path / "srv.log"
+    with pytest.raises(ServerError, match="exited"):
+        LlamaServer(gemma3.path, args + ["--ridgefill-select", "0.1"], ctx=1024, threads=2, log=log).start()
+    assert "full-size SWA cache" in log.read_text()
+    n_fill = G_N - 64 - 64
+    with LlamaServer(gemma3.path, args, ctx=1024, threads=2) as srv:
+        with pytest.raises(ServerError) as err:
+            _complete(srv, gemma3_prompt, ridgefill_select=0.1)
+        assert err.value.status == 400 and "--swa-full" in str(err.value)
+        assert _complete(srv, gemma3_prompt)["timings"]["ridgefill_filled_n"] == n_fill
+    with LlamaServer(gemma3.path, args + ["--swa-full"], ctx=1024, threads=2) as srv:
+        timings = _complete(srv, gemma3_prompt, ridgefill_select=0.1)["timings"]
+        assert timings["ridgefill_filled_n"] == n_fill
+        assert timings["ridgefill_selected_n"] == route.share_rows(0.1, n_fill)
 
 
 def test_llama_bench_reports_selected_rows(smollm2_path):

@@ -36,6 +36,7 @@ class Context(SplitPrefill):
         kv_type: str = "f16",
         capture: Iterable[int] = (),
         n_seq_max: int = 1,
+        swa_full: bool = True,  # a sliding-window model caches every position (llama.cpp's default; selection needs it)
     ):
         self.model = model
         self.threads, self.flash_attn, self.kv_type = threads, flash_attn, kv_type
@@ -55,6 +56,7 @@ class Context(SplitPrefill):
                 type_v=kv_type,
                 capture_layers=self.capture,
                 n_seq_max=n_seq_max,
+                swa_full=swa_full,
             )
         except ValueError as err:
             raise InputError(str(err)) from None
