@@ -6,7 +6,7 @@ import pytest
 from ridgefill.errors import InputError
 from ridgefill.evals import select
 from ridgefill.evals.session import variants_named
-from ridgefill.fit.attention import AttentionLayer, attention_paid, rope
+from ridgefill.fit.attention import AttentionLayer, CausalAttention, attention_paid, rope
 
 
 def _layer(rng, d=16, n_head=4, n_head_kv=2, hd=4, window=0, bias=True, head_norm=False, neox=True):
@@ -40,6 +40,41 @@ def test_attention_paid_is_the_largest_causal_softmax_share_over_heads_and_probe
     layer = _layer(rng, window=window, head_norm=head_norm, neox=neox)
     h = rng.normal(size=(20, 16)).astype(np.float32)
     np.testing.assert_allclose(attention_paid(layer, h, 6), _naive_paid(layer, h, 6), rtol=1e-4, atol=1e-6)
+
+
+def _naive_shares(layer, h):
+    """(n_head, n, n): every head's causal softmax of every row, written out."""
+    n = len(h)
+    pos = np.arange(n)
+    k, q = layer.keys(h, pos), layer.queries(h, pos)
+    group = layer.n_head // layer.n_head_kv
+    w = np.zeros((layer.n_head, n, n))
+    for head in range(layer.n_head):
+        for t in range(n):
+            seen = [u for u in range(t + 1) if not layer.window or t - u < layer.window]
+            logits = np.array([q[t, head] @ k[u, head // group] * layer.scale for u in seen])
+            e = np.exp(logits - logits.max())
+            w[head, t, seen] = e / e.sum()
+    return w
+
+
+@pytest.mark.parametrize("window", [0, 7])
+def test_what_rows_pay_chosen_rows_far_before_them_is_the_softmax_summed_over_them(window):
+    rng = np.random.default_rng(2)
+    layer = _layer(rng, window=window)
+    h = rng.normal(size=(40, 16)).astype(np.float32)
+    CausalAttention.CHUNK = 16  # several steps, the last one short
+    try:
+        att = CausalAttention(layer, h)
+    finally:
+        CausalAttention.CHUNK = 256
+    w = _naive_shares(layer, h)
+    chosen, gap = np.array([2, 3, 10, 25]), 4
+    far = np.arange(40)[:, None] - chosen[None, :] > gap
+    want = (w[:, :, chosen] * far).sum(-1).max(0)
+    np.testing.assert_allclose(att.paid_to(chosen, gap), want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(att.shares(np.arange(40), np.arange(40)).max(axis=(0, 1)), w.max(0), rtol=1e-4, atol=1e-6)
+    assert att.paid_to(chosen, gap)[: chosen[0] + gap + 1].max() == 0
 
 
 def test_rope_rotates_pairs_by_position_and_keeps_norms():
@@ -76,8 +111,9 @@ def test_names_parse_to_selectors_with_their_defaults():
                                                                                  after=True)
     assert select.parse("ridge-evidence-after")[1].after and select.parse("ridge-random5-after")[1].after
     assert not select.parse("ridge-select5")[1].after
+    assert select.parse("ridge-select10-Lall-max63-hop3")[1].hops == 3 and select.parse("ridge-select5")[1].hops == 0
     for bad in ("ridge-select0", "ridge-select101", "ridge-select5-max4", "ridge-select5-Q3", "ridge-random5-L3",
-                "ridge-evidence-L3", "ridge-select5-P0"):
+                "ridge-evidence-L3", "ridge-select5-P0", "ridge-select5-hop0", "ridge-random5-hop1"):
         with pytest.raises(InputError):
             select.parse(bad)
 
@@ -118,6 +154,11 @@ def test_counts_pooling_top_rows_and_runs():
     np.testing.assert_array_equal(select.top_rows(select.pooled(s, ("max", 3)), 2, 8, 3), [3, 4, 5])
     np.testing.assert_array_equal(select.top_rows(s, 2, 8, 2), [2, 4])
     assert select.runs(np.array([3, 4, 5, 9, 11, 12])) == [(3, 6), (9, 10), (11, 13)]
+    # a hop: the pool's width more rows, the best pooled ones not chosen (a chosen row's own score does not count)
+    paid = np.array([0, 0, 9, 0, 0, 0, 3, 0, 0, 0.0])
+    np.testing.assert_array_equal(select.next_hop(np.array([2]), paid, ("max", 3), 1, 10), [2, 5, 6, 7])
+    paid[9] = 4  # within [lo, hi) only, though its pool reaches row 8
+    np.testing.assert_array_equal(select.next_hop(np.array([2]), paid, ("max", 3), 1, 9), [2, 5, 6, 8])
     assert select.runs(np.array([], dtype=int)) == []
 
 

@@ -11,7 +11,10 @@ towards exact before any of it is built into the fork. Three selectors, by name:
   projection and RoPE over its captured inputs (fit.attention.attention_paid: the largest share any head
   of any probe row pays a row; over several layers the largest of them), pooled over k neighbouring rows
   as SnapKV pools (default max over 7; `fwd{k}`: the largest of a row's and the k-1 rows' before it, so the
-  rows after an attended row come with it; `nopool`: the rows' own scores);
+  rows after an attended row come with it; `nopool`: the rows' own scores); `-hop{h}`: then, h times, k more
+  rows pooled around the filled row that pays the rows chosen so far the largest share of its attention at
+  the same layers (probe.py, pairs more than HOP_GAP rows apart): a variable chain's next link names the
+  previous variable, not the value the question asks for;
 - `ridge-random{q}`: as many filled rows, uniformly at random (seeded by the prompt): the control;
 - `ridge-evidence[{w}]`: the rows of the item's evidence (what its answers are read from), widened by w
   rows each side (default 4): the ceiling a perfect selector of those rows reaches.
@@ -23,7 +26,7 @@ prompt's last batch. Answers only (needles, RULER): the tail's first rows are de
 
 `identity-...` is the same on identity fill. Each record notes how many rows were chosen and which share
 of the evidence rows inside the fill range they cover. The layer inputs come from one exact pass of the
-whole prompt with every layer up to the split captured, kept for the item's variants.
+whole prompt with every layer up to the split captured, kept for the item's variants (probe.py).
 """
 
 from __future__ import annotations
@@ -35,10 +38,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..fit.attention import attention_layers, attention_paid
 from ..fit.route import share_rows
 from ..runtime import PROBE_ROWS
 from .prefill import Head
+from .probe import PROBE
 from .session import Variant, register, register_parser
 from .splice import _EXACT, ROW_PARTS, late_layers, layer_parts, write
 
@@ -56,6 +59,7 @@ class Selector:
     pool: tuple[str, int] = POOL
     widen: int = EVIDENCE_WIDEN
     after: bool = False  # the fork's order: the tail before the last P rows first, then the splice
+    hops: int = 0  # rounds of the rows that read the chosen ones (select)
 
     def count(self, n_filled: int) -> int:
         return share_rows(self.share, n_filled)
@@ -96,11 +100,13 @@ def _option(name: str, sel: Selector, opt: str) -> Selector:
         return replace(sel, probe_rows=int(opt[1:]))
     if opt == "nopool":
         return replace(sel, pool=("none", 1))
+    if re.fullmatch(r"hop\d+", opt) and int(opt[3:]) > 0:
+        return replace(sel, hops=int(opt[3:]))
     m = re.fullmatch(r"(max|avg|fwd)(\d+)", opt)
     if m and (int(m.group(2)) % 2 == 1 or m.group(1) == "fwd") and int(m.group(2)) > 0:
         return replace(sel, pool=(m.group(1), int(m.group(2))))
     raise InputError(f"{name}: unknown option {opt!r} (L<layer>[+<layer>...], Lall, P<rows>, max<k>, avg<k> with k "
-                     "odd, fwd<k>, nopool)")
+                     "odd, fwd<k>, nopool, hop<h>)")
 
 
 def pooled(scores: np.ndarray, pool: tuple[str, int]) -> np.ndarray:
@@ -124,69 +130,20 @@ def top_rows(scores: np.ndarray, lo: int, hi: int, count: int) -> np.ndarray:
     return np.sort(order) + lo
 
 
-class _Probe:
-    """Layer inputs of the last prompt seen (one exact pass, every layer up to the split captured) and the
-    attention scores computed from them, per layer and probe size."""
-
-    def __init__(self):
-        self.key, self.inputs, self.scores = None, {}, {}
-        self._ctx, self._layers = {}, {}
-
-    def scores_of(self, head: Head, layers: tuple[int, ...], probe_rows: int) -> np.ndarray:
-        ctx, split = head.ctx, head.ctx.fill_split
-        bad = [il for il in layers if not 0 <= il <= split]
-        if bad:
-            raise InputError(f"probe layer(s) {bad}: the fill computes keys exactly only up to the split layer {split}")
-        self._capture(head, split)
-        attn = self._attention(ctx.model, split)
-        out = None
-        for il in layers:
-            if il not in attn:
-                raise InputError(f"probe layer {il} of {ctx.model.arch} has no attention")
-            if attn[il].window:
-                raise InputError(f"probe layer {il} attends within a {attn[il].window}-row window: it cannot see "
-                                 "the filled rows from the prompt's end")
-            if (il, probe_rows) not in self.scores:
-                self.scores[il, probe_rows] = attention_paid(attn[il], self.inputs[il], probe_rows)
-            s = self.scores[il, probe_rows]
-            out = s if out is None else np.maximum(out, s)
-        return out
-
-    def _capture(self, head: Head, split: int) -> None:
-        ctx = head.ctx
-        key = (ctx.model.source, hashlib.sha1(head.tokens.tobytes()).hexdigest(), split)
-        if key == self.key:
-            return
-        k = (ctx.model.source, ctx.n_ctx, ctx.n_batch, ctx.n_ubatch, split)
-        if k not in self._ctx:
-            self._ctx.clear()  # one capture context at a time
-            self._ctx[k] = ctx.model.context(n_ctx=ctx.n_ctx, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch,
-                                             threads=ctx.threads, kv_type=ctx.kv_type, flash_attn=ctx.flash_attn,
-                                             capture=range(split + 1))
-        cap = self._ctx[k]
-        cap.seq_rm(0)
-        n, d = len(head.tokens), ctx.model.n_embd
-        self.inputs = {il: np.empty((n, d), np.float32) for il in range(split + 1)}
-        for start, m in cap.decode_chunks(head.tokens, 0, 0, "none"):
-            for il in range(split + 1):
-                self.inputs[il][start : start + m] = cap.layer_input(il)
-        cap.seq_rm(0)
-        self.key, self.scores = key, {}
-
-    def _attention(self, model, split: int):
-        key = (model.source, split)
-        if key not in self._layers:
-            self._layers = {key: attention_layers(model.path, list(range(split + 1)))}
-        return self._layers[key]
-
-
-_PROBE = _Probe()
+def next_hop(chosen: np.ndarray, paid: np.ndarray, pool: tuple[str, int], lo: int, hi: int) -> np.ndarray:
+    """`chosen` and the rows of [lo, hi) pooled around the one not chosen that pays them the most (`paid`), as
+    many as the pool is wide."""
+    s = paid.copy()
+    s[chosen] = 0
+    s = pooled(s, pool)
+    s[chosen] = -1
+    return np.union1d(chosen, top_rows(s, lo, hi, pool[1]))
 
 
 def probe_layers(head: Head, sel: Selector) -> tuple[int, ...]:
     split = head.ctx.fill_split
     if sel.layers == "all":  # every layer up to the split that attends to the whole prompt
-        attn = _PROBE._attention(head.ctx.model, split)
+        attn = PROBE.attention(head.ctx.model, split)
         return tuple(il for il in range(split + 1) if il in attn and not attn[il].window)
     return sel.layers or (split,)
 
@@ -202,8 +159,11 @@ def chosen_rows(head: Head, sel: Selector) -> np.ndarray:
     if sel.kind == "random":
         seed = int.from_bytes(hashlib.sha1(head.tokens.tobytes()).digest()[:8], "little")
         return np.sort(np.random.default_rng(seed).choice(np.arange(lo, hi), count, replace=False))
-    scores = _PROBE.scores_of(head, probe_layers(head, sel), sel.probe_rows)
-    return top_rows(pooled(scores, sel.pool), lo, hi, count)
+    layers = probe_layers(head, sel)
+    rows = top_rows(pooled(PROBE.scores_of(head, layers, sel.probe_rows), sel.pool), lo, hi, count)
+    for _ in range(sel.hops):
+        rows = next_hop(rows, PROBE.paid_to(head, layers, rows), sel.pool, lo, hi)
+    return rows
 
 
 def runs(rows: np.ndarray) -> list[tuple[int, int]]:

@@ -5,7 +5,8 @@ projections (with qwen2's biases), per-head q/k norms (qwen3, qwen3moe, gemma3),
 position (adjacent pairs for llama, halves for the others, on the first n_rot dimensions, linear
 frequency scaling), and the factor on q·k (1/sqrt(head_dim), or gemma3's query scale). Sliding-window
 layers (gemma3's local layers) carry their window. `attention_paid` is what a row receives from the
-prompt's last rows: the probe that selection scores rows by.
+prompt's last rows: the probe that selection scores rows by; `CausalAttention.paid_to` what each row pays a
+set of rows (a selection's next hop).
 """
 
 from __future__ import annotations
@@ -119,6 +120,56 @@ def attention_paid(layer: AttentionLayer, h: np.ndarray, probe_rows: int, pos0: 
     w = np.exp(logits)
     w /= w.sum(-1, keepdims=True)
     return w.max(axis=(0, 1, 2))
+
+
+class CausalAttention:
+    """One attention layer over one prompt's rows: the queries, the keys and each row's log-normalizer of its
+    causal softmax over every row it sees, so that what any rows pay any others is a product away."""
+
+    CHUNK = 256  # rows a step: (heads, CHUNK, n) floats
+
+    def __init__(self, layer: AttentionLayer, h: np.ndarray, pos0: int = 0):
+        n, pos = len(h), np.arange(pos0, pos0 + len(h))
+        self.window, self.scale = layer.window, np.float32(layer.scale)
+        group = layer.n_head // layer.n_head_kv
+        self.k = np.ascontiguousarray(layer.keys(h, pos).astype(np.float32).transpose(1, 0, 2))  # (kv, n, hd)
+        q = layer.queries(h, pos).astype(np.float32).reshape(n, layer.n_head_kv, group, layer.head_dim)
+        self.q = np.ascontiguousarray(q.transpose(1, 2, 0, 3))  # (kv, group, n, hd)
+        self.lse = np.empty(self.q.shape[:3], np.float32)
+        for a in range(0, n, self.CHUNK):
+            rows = np.arange(a, min(n, a + self.CHUNK))
+            lg = self.logits(rows, np.arange(rows[-1] + 1))
+            m = lg.max(-1, keepdims=True)
+            np.exp(lg - m, out=lg)
+            self.lse[..., rows] = m[..., 0] + np.log(lg.sum(-1))
+
+    @property
+    def n(self) -> int:
+        return self.q.shape[2]
+
+    def logits(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """(kv, group, rows, cols): row's scaled q·k for col; -inf where the row does not see col."""
+        lg = np.matmul(self.q[:, :, rows], self.k[:, None, cols].transpose(0, 1, 3, 2)) * self.scale
+        hidden = cols[None, :] > rows[:, None]
+        if self.window:
+            hidden |= rows[:, None] - cols[None, :] >= self.window
+        return np.where(hidden, np.float32(-np.inf), lg)
+
+    def shares(self, rows: np.ndarray, cols: np.ndarray, gap: int = 0) -> np.ndarray:
+        """(kv, group, rows, cols): the share of each head's attention row pays col, 0 within `gap` rows."""
+        lg = self.logits(rows, cols)
+        lg = np.where(rows[:, None] - cols[None, :] <= gap, np.float32(-np.inf), lg) if gap else lg
+        return np.exp(lg - self.lse[:, :, rows, None])
+
+    def paid_to(self, chosen: np.ndarray, gap: int) -> np.ndarray:
+        """(n,): the largest share of its attention any head of each row pays the rows `chosen` more than `gap`
+        rows before it, summed over them: a later row that reads a chosen one (a chain's next link)."""
+        chosen = np.asarray(chosen, dtype=np.int64)
+        out = np.zeros(self.n, np.float32)
+        for a in range(0, self.n if len(chosen) else 0, self.CHUNK):
+            rows = np.arange(a, min(self.n, a + self.CHUNK))
+            out[rows] = self.shares(rows, chosen, gap).sum(-1).max(axis=(0, 1))
+        return out
 
 
 def attention_layers(path: str | os.PathLike, layers: list[int]) -> dict[int, AttentionLayer]:
