@@ -2,7 +2,7 @@
 """Does a second hop find the evidence the question's attention misses (vt's later links)?
 
     experiments/question-selection/hops.py --model GGUF --items DIR --split S [--tasks vt ...] [--share 10]
-        [--hops 4] [--gap 64] [--per-task 6] [--tail 1024] [--threads 2] --out results/NAME
+        [--hops 4] [--gap 64] [--kinds fwd bwd fwd@11 ...] [--per-task 6] [--tail 1024] [--threads 2] --out results/NAME
 
 The selection the fork builds (`ridge^10`: the top q % of the filled rows by the attention the last 64 rows pay
 them at every exact layer, 63-row max pooling) finds a variable chain's first link, the one that names the value
@@ -11,7 +11,8 @@ from the rows already chosen, at the same exact layers (each layer's own norm, p
 captured inputs, every row's causal softmax over all rows before it):
 
 - `fwd`: the share of its attention a row pays the chosen rows (a later link reads the earlier one's name);
-- `bwd`: the share the chosen rows pay a row (a chosen link reads its predecessor).
+- `bwd`: the share the chosen rows pay a row (a chosen link reads its predecessor);
+- `fwd@L`: `fwd` at layer L alone (what the fork would keep: one layer's queries and normalizers).
 
 Only pairs more than --gap rows apart count (a row's attention to its neighbours says nothing about the chain);
 the largest over heads and layers, 63-row max pooling as the first pick, the chosen rows excluded; each hop adds
@@ -39,11 +40,14 @@ POOL = ("max", 63)
 KINDS = ("fwd", "bwd")
 
 
-def hop_scores(layers: list[CausalAttention], chosen: np.ndarray, gap: int, kind: str) -> np.ndarray:
-    """(n,): each row's hop score of `kind` from the rows `chosen`, the largest over the layers."""
-    n = layers[0].n
+def hop_scores(layers: dict[int, CausalAttention], chosen: np.ndarray, gap: int, kind: str) -> np.ndarray:
+    """(n,): each row's hop score of `kind` (fwd, bwd; `fwd@L`: layer L's alone) from the rows `chosen`, the
+    largest over the layers."""
+    kind, _, only = kind.partition("@")
+    use = [layers[int(only)]] if only else list(layers.values())
+    n = use[0].n
     out = np.zeros(n, np.float32)
-    for la in layers:
+    for la in use:
         if kind == "fwd":
             out = np.maximum(out, la.paid_to(chosen, gap))
         else:  # what the chosen rows pay each row
@@ -60,6 +64,7 @@ def main() -> None:
     ap.add_argument("--share", type=float, default=10.0, help="the first pick, % of the filled rows")
     ap.add_argument("--hops", type=int, default=4)
     ap.add_argument("--gap", type=int, default=64)
+    ap.add_argument("--kinds", nargs="+", default=list(KINDS), help="fwd, bwd, fwd@L (layer L's scores alone)")
     ap.add_argument("--sinks", type=int, default=4)
     ap.add_argument("--tail", type=int, default=1024)
     ap.add_argument("--probe", type=int, default=64)
@@ -82,7 +87,7 @@ def main() -> None:
         for start, m in ctx.decode_chunks(item.tokens, 0, 0, "none"):
             for il in attn:
                 h[il][start : start + m] = ctx.layer_input(il)
-        layers = [CausalAttention(attn[il], h[il]) for il in sorted(attn)]
+        layers = {il: CausalAttention(attn[il], h[il]) for il in sorted(attn)}
         probe = np.max(np.stack([attention_paid(attn[il], h[il], a.probe) for il in attn]), axis=0)
         count = select.Selector("select", a.share / 100).count(hi - lo)
         first = select.top_rows(select.pooled(probe, POOL), lo, hi, count)
@@ -93,7 +98,7 @@ def main() -> None:
         for hop in range(1, a.hops + 1):
             add(f"first pick widened to +{hop} x {step} rows",
                 select.top_rows(select.pooled(probe, POOL), lo, hi, count + hop * step))
-        for kind in KINDS:
+        for kind in a.kinds:
             chosen = first
             for hop in range(1, a.hops + 1):
                 chosen = select.next_hop(chosen, hop_scores(layers, chosen, a.gap, kind), POOL, lo, hi)
