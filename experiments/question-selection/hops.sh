@@ -24,4 +24,5 @@ MODES=(ridge ridge-evidence ridge-select15-Lall-max63 ridge-select10-Lall-max63-
   --modes "${MODES[@]}" --ruler-tasks $TASKS --threads "$THREADS" --no-plots --quiet --items 6 --out $S
 # beside them the fork's `ridge^20` at the same tail (budget.sh's store)
 .venv/bin/python experiments/question-selection/table.py --split 12 --exact $F/eval $S $R/ruler-4k-lagkeys-fork-t256-q20 \
-  --variants "${MODES[@]}" "ridge^20" --same-items $S | tee $S.md
+  --variants "${MODES[@]}" "ridge^20" --same-items $S --closer ridge-select10-Lall-max63-hop3 ridge-select15-Lall-max63 \
+  | tee $S.md

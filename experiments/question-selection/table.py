@@ -12,7 +12,9 @@ average is RULER's (the mean of the task means); differences are paired per item
 Columns: the score, its difference to exact, to ridge (the plain fill, --ref) and to the evidence ceiling, the
 rows selected per prompt (% of the filled rows) and the share of the evidence rows they cover; then per task.
 --same-items STORE keeps the items STORE holds in another variant of the prompt (`/q-start`: the question first),
-so a variant's scores read beside the same draws' with the question at the end.
+so a variant's scores read beside the same draws' with the question at the end. --closer A B adds how far each
+row's scores lie from exact's item by item (mean |score − exact|: a variant can tie exact on average and answer
+other items) and A's distance minus B's, paired per item.
 """
 
 import argparse
@@ -72,6 +74,7 @@ def main() -> None:
     ap.add_argument("--ceiling", default="ridge-evidence")
     ap.add_argument("--variants", nargs="+", help="the rows, in this order (default: every variant found)")
     ap.add_argument("--same-items", help="keep only the items (by base id) this store holds")
+    ap.add_argument("--closer", nargs=2, metavar=("A", "B"), help="is A's score closer to exact's, item by item, than B's")
     ap.add_argument("stores", nargs="+")
     a = ap.parse_args()
     store, _, ev = a.exact.partition(":")
@@ -107,6 +110,19 @@ def main() -> None:
         sub = [i for i in items if exact[i]["group"] == t]
         cells = [f"{np.mean([rows[v][i]['score'] for i in sub]):.1f}" for v in names]
         print(f"| {t} | {np.mean([exact[i]['score'] for i in sub]):.1f} | " + " | ".join(cells) + " |")
+    if a.closer:
+        closer(rows, exact, items, names, *a.closer)
+
+
+def closer(rows, exact, items, names, a: str, b: str) -> None:
+    dist = {v: {i: {"score": abs(rows[v][i]["score"] - exact[i]["score"]), "group": exact[i]["group"]} for i in items}
+            for v in names}
+    print("\nDistance to exact, item by item (mean |score − exact|, RULER's average over tasks):\n")
+    print("| variant | mean distance |")
+    print("| --- | --- |")
+    for v in names:
+        print(f"| {v} | {ruler_mean(dist[v], items):.1f} |")
+    print(f"\n{a} − {b}: {diff(dist[a], dist[b], items)}")
 
 
 if __name__ == "__main__":
