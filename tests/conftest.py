@@ -141,8 +141,10 @@ def random_maps_model(base, split: int, out: Path, seed: int = 0, map_type: str 
     return Model(fmt.pack(base, maps, ident, Provenance(), out, map_type=map_type)), maps
 
 
-def random_kv_maps(base, split: int, seed: int, lag: bool):
-    """Identity input maps (required beside) and random K/V maps of every late layer's widths."""
+def random_kv_maps(base, split: int, seed: int, lag: bool, cover: list[int] | None = None, input_noise: float = 0.0):
+    """Random K/V maps of the late layers `cover` (default: every late attention layer) and input maps of all late
+    layers (what a file keeps of them: those of the layers the K/V maps do not cover), the identity plus
+    `input_noise` times a random matrix."""
     import numpy as np
 
     from ridgefill import format as fmt
@@ -153,14 +155,16 @@ def random_kv_maps(base, split: int, seed: int, lag: bool):
     rng = np.random.default_rng(seed)
     layers = list(range(split + 1, ident.n_layer))
     attn = attention_layers(base, layers)
-    d, rows = ident.n_embd, 2 * attn[layers[0]].n_head_kv * attn[layers[0]].head_dim
-    m = len(layers)
-    w = (rng.normal(size=(m, rows, d)) / np.sqrt(d)).astype(np.float32)
-    b = (0.1 * rng.normal(size=(m, rows))).astype(np.float32)
-    prev = (0.5 * rng.normal(size=(m, rows, d)) / np.sqrt(d)).astype(np.float32) if lag else None
-    kv = KVMaps(layers, w, b, [KVFit(l, lag, 0.1, 0.1, 0.5, 0.5, 0.4, 0.4) for l in layers], prev)
-    eye = np.broadcast_to(np.eye(d, dtype=np.float32), (m, d, d)).copy()
-    return Maps(split, layers, eye, np.zeros((m, d), np.float32), [LayerFit(l, 0, 0, 0, 0, 0, 0) for l in layers], kv=kv)
+    cover = sorted(attn) if cover is None else list(cover)
+    d, rows = ident.n_embd, 2 * attn[cover[0]].n_head_kv * attn[cover[0]].head_dim
+    m, c = len(layers), len(cover)
+    w = (rng.normal(size=(c, rows, d)) / np.sqrt(d)).astype(np.float32)
+    b = (0.1 * rng.normal(size=(c, rows))).astype(np.float32)
+    prev = (0.5 * rng.normal(size=(c, rows, d)) / np.sqrt(d)).astype(np.float32) if lag else None
+    kv = KVMaps(cover, w, b, [KVFit(l, lag, 0.1, 0.1, 0.5, 0.5, 0.4, 0.4) for l in cover], prev)
+    inp = np.eye(d, dtype=np.float32) + input_noise * rng.normal(size=(m, d, d)).astype(np.float32) / np.sqrt(d)
+    bias = (input_noise * rng.normal(size=(m, d))).astype(np.float32)
+    return Maps(split, layers, inp, bias, [LayerFit(l, 0, 0, 0, 0, 0, 0) for l in layers], kv=kv)
 
 
 def write_gguf(path, keys: dict, tensors: dict, arch: str = "llama"):

@@ -241,8 +241,8 @@ def _kv_mutants(m: _Model, split: int, add) -> None:
     add("kv-weight-missing", w.name, tensors=_replace(m, w.name, None))
     at0 = [_Tensor(t.name.replace(f"blk.{split}.", "blk.0."), t.data, t.qtype) for t in (w, b)]
     add("kv-at-0", "blk.0.ridge_kv", tensors=[t for t in m.tensors if t not in (w, b)] + at0)
-    name = f"blk.{split + 1}.ridge_map.weight"
-    add("kv-beside-a-layer-map", name, tensors=m.tensors + [_Tensor(name, np.eye(d, dtype=np.float32), Q.F32)])
+    name = f"blk.{split + 1}.ridge_map.weight"  # the layer leaves the K/V maps' cover: their rows no longer fit
+    add("kv-and-a-map-of-a-covered-layer", w.name, tensors=m.tensors + [_Tensor(name, np.eye(d, dtype=np.float32), Q.F32)])
 
 
 def _prev_mutants(m: _Model, split: int, n_layer: int, add) -> None:

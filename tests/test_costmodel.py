@@ -1,5 +1,6 @@
 """The multiply-add cost model behind every printed bound (docs/method.md)."""
 
+import dataclasses
 import pytest
 
 from ridgefill.bench import costmodel, synth
@@ -118,6 +119,16 @@ def test_kv_maps_cost_their_rows_of_the_stacked_weight_per_product():
     assert prefill_cost(DENSE, n, split, k, t, with_map=False, kv=2) == prefill_cost(DENSE, n, split, k, t, with_map=False)
     sh = costmodel.SMOLLM2
     assert bound(sh, 4096, 16, 4, 1024, kv=2) > bound(sh, 4096, 16, 4, 1024, lagged=1) > bound(sh, 4096, 16, 4, 1024, lagged=2)
+
+
+def test_a_hybrids_linear_layers_keep_their_input_maps_beside_kv_maps():
+    """K/V maps cover a hybrid's late attention layers only: its linear layers still pay their map d² and state
+    update, so kv=1 saves one map per filled row for each late attention layer and nothing else."""
+    sh = dataclasses.replace(HYBRID, n_layer=4)  # attention at 1 and 3, linear at 0 and 2
+    n, split, k, t = 10, 1, 2, 3
+    m = n - k - t
+    assert [sh.is_attention(il) for il in range(4)] == [False, True, False, True]
+    assert prefill_cost(sh, n, split, k, t, kv=1) == prefill_cost(sh, n, split, k, t) - m * 8 * 8
 
 
 def test_selection_costs_its_probe_scores_selected_rows_and_probe_again():

@@ -207,25 +207,34 @@ def test_filled_recurrent_state_equals_numpy_from_h_s(shape, toks, shared_models
 
 
 def test_calibration_and_fit_cover_every_late_layer_of_a_hybrid(tiny_dir, smollm2_path, toks):
-    """Capture and the ridge fit are layer-kind agnostic: maps for attention and linear layers alike."""
+    """Capture and the ridge fit are layer-kind agnostic: maps for attention and linear layers alike. With K/V
+    targets (`--maps kv`), the attention layers get K/V maps and the linear layers keep their input maps, in one
+    file that loads and fills."""
     from ridgefill import format as fmt
     from ridgefill.fit import pipeline
     from ridgefill.fit.capture import CaptureConfig
 
     base = synth.random_model("tiny-qwen35", tiny_dir / "cal.gguf", smollm2_path, seed=5, weight_type="f16",
                               n_ctx=4096)
-    stats = pipeline.calibrate(base, CaptureConfig(split=2, tokens=3072, window=512, threads=2), show_progress=False)
-    out = tiny_dir / "cal-fitted.gguf"
+    stats = pipeline.calibrate(base, CaptureConfig(split=2, tokens=3072, window=512, threads=2, kv=True),
+                               show_progress=False)
+    out, out_kv = tiny_dir / "cal-fitted.gguf", tiny_dir / "cal-fitted-kv.gguf"
     maps = pipeline.fit_and_pack(base, stats, out)
     assert maps.layers == list(range(3, 8))  # attention (3, 7) and Gated DeltaNet (4, 5, 6)
     r2 = [(f.r2_ridge, f.r2_identity) for f in maps.fits]
     print("held-out R² (ridge, identity) per late layer:", [(round(float(a), 3), round(float(b), 3)) for a, b in r2])
     assert all(np.isfinite(r2).all(axis=1)) and all(a >= b for a, b in r2)
     assert sorted(fmt.read_maps(out)) == maps.layers
-    ctx = _ctx(Model(out))
-    ctx.set_fill("ridge")
-    res = ctx.prefill(toks[:N], sinks=SINKS, tail=TAIL)
-    assert res.n_filled == N - SINKS - TAIL and np.isfinite(res.logits).all()
+    assert maps.kv.layers == [3, 7] and all(0 < f.k_err < 1 for f in maps.kv.fits)
+    pipeline.fit_and_pack(base, stats, out_kv, kind="kv")
+    info = fmt.inspect(out_kv)
+    assert sorted(fmt.read_maps(out_kv)) == [4, 5, 6] and info["loads"] and info["kv"]["input_map_layers"] == [4, 5, 6]
+    assert [r["layer"] for r in info["kv"]["layers"] if r["kv_k_err"] is not None] == [3, 7]
+    for path in (out, out_kv):
+        ctx = _ctx(Model(path))
+        ctx.set_fill("ridge")
+        res = ctx.prefill(toks[:N], sinks=SINKS, tail=TAIL)
+        assert res.n_filled == N - SINKS - TAIL and np.isfinite(res.logits).all()
 
 
 @pytest.mark.parametrize("shape", ["tiny-qwen35"])  # dense shapes use the same scaling; 32K of attention is slow

@@ -117,7 +117,9 @@ def files(smollm2_path, tmp_path_factory):
     base = synth.random_model("tiny-llama", d / "base.gguf", smollm2_path, weight_type="q4_0", n_ctx=2048)
     model, _ = random_maps_model(base, SPLIT, d / "aug.gguf", seed=1, route_stats=True, lag_every=2, window=(3, 4))
     side = fmt.unpack(model.path, d / "maps.gguf")
-    kv_maps, ident = random_kv_maps(base, SPLIT, seed=2, lag=True), fmt.identity_of(base)
+    ident = fmt.identity_of(base)  # K/V maps for every late layer but one, which keeps its input map (mixed)
+    cover = [l for l in range(SPLIT + 1, ident.n_layer) if l != SPLIT + 2]
+    kv_maps = random_kv_maps(base, SPLIT, seed=2, lag=True, cover=cover, input_noise=0.1)
     kv = fmt.pack(base, kv_maps, ident, Provenance(), d / "kv.gguf", map_type="f16", kind="kv")
     kv_side = fmt.unpack(kv, d / "kv-maps.gguf")
     # another model of this shape: its norms differ (the synthetic models' norms are all ones whatever the seed)

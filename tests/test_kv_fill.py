@@ -1,6 +1,7 @@
 """K/V maps in the fork (patch "model, graph : RidgeFill K/V maps"): the filled rows' cached K and V against numpy,
-in the dense (llama, qwen2), per-head key norm (qwen3), MoE and sliding-window (gemma3) branches, with and without
-the previous row, over ubatches that cut the lagged rows, from position 0."""
+in the dense (llama, qwen2), per-head key norm (qwen3), MoE, sliding-window (gemma3) and hybrid (qwen35, qwen35moe,
+qwen3next: K/V maps for the attention layers, input maps for the recurrent ones) branches, with and without the
+previous row, over ubatches that cut the lagged rows, from position 0; files that mix K/V maps and input maps."""
 
 import numpy as np
 import pytest
@@ -41,19 +42,117 @@ def test_filled_kv_are_the_maps_products_with_rope(shape, split, lag, shared_mod
     h_s, (lo, hi), got = _filled_kv(model, text_tokens_kv[:N], split, late, n_ubatch=37)
     assert lo == SINKS and hi == N - TAIL
     attn = attention_layers(base, late)
-    prev = earlier_rows(h_s, 0, 1)[lo:hi]
     for il in late:
-        j, a = maps.layers.index(il), attn[il]
-        kv = maps.kv
-        pred = h_s[lo:hi] @ kv.weights[j].T.astype(np.float64) + kv.biases[j]
-        if lag:
-            pred += prev @ kv.weights_prev[j].T.astype(np.float64)
-        n_k = a.n_head_kv * a.head_dim
-        k = rope(pred[:, :n_k].reshape(hi - lo, a.n_head_kv, a.head_dim), np.arange(lo, hi), a.n_rot, a.freq_base,
-                 a.freq_scale, a.neox).reshape(hi - lo, -1)
-        for part, want in (("k", k), ("v", pred[:, n_k:])):
-            err = (np.abs(got[il, part] - want).max(1) / np.abs(want).max(1)).max()
-            assert err < 1e-4, f"{shape} layer {il} {part}: relative error {err:.3g}"
+        _assert_close(got, _kv_of_kv_maps(maps.kv, il, attn[il], h_s, lo, hi), il, 1e-4, shape)
+
+
+def _kv_of_kv_maps(kv, il, a, h_s, lo, hi):
+    """{"k": K after RoPE, "v": V} of rows [lo, hi) of layer il through the K/V maps, in numpy."""
+    j = kv.layers.index(il)
+    pred = h_s[lo:hi] @ kv.weights[j].T.astype(np.float64) + kv.biases[j]
+    if kv.weights_prev is not None:
+        pred += earlier_rows(h_s, 0, 1)[lo:hi] @ kv.weights_prev[j].T.astype(np.float64)
+    n_k = a.n_head_kv * a.head_dim
+    k = rope(pred[:, :n_k].reshape(hi - lo, a.n_head_kv, a.head_dim), np.arange(lo, hi), a.n_rot, a.freq_base,
+             a.freq_scale, a.neox).reshape(hi - lo, -1)
+    return {"k": k, "v": pred[:, n_k:]}
+
+
+def _kv_of_input_map(maps, il, a, h_s, lo, hi):
+    """{"k", "v"} of rows [lo, hi) of layer il through its input map, then its own norm, projections and RoPE."""
+    j = maps.layers.index(il)
+    y = h_s[lo:hi] @ maps.weights[j].T.astype(np.float64) + maps.biases[j]
+    return {"k": a.keys(y, np.arange(lo, hi)).reshape(hi - lo, -1), "v": a.values(y)}
+
+
+def _assert_close(got, want, il, tol, what):
+    for part in ("k", "v"):
+        err = (np.abs(got[il, part] - want[part]).max(1) / np.abs(want[part]).max(1)).max()
+        assert err < tol, f"{what} layer {il} {part}: relative error {err:.3g}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape,split", [("tiny-qwen2", 4), ("tiny-qwen3", 4)])
+def test_mixed_file_fills_each_layer_by_its_kind(shape, split, shared_models, text_tokens_kv, tmp_path):
+    """K/V maps (lagged) for every other late layer, plain input maps for the rest: each covered layer caches the
+    K/V maps' product, each other layer its own K/V of its input map's prediction."""
+    from ridgefill.runtime import Model
+
+    base = shared_models.base(shape)
+    ident = fmt.identity_of(base)
+    late = list(range(split + 1, ident.n_layer))
+    maps = random_kv_maps(base, split, seed=3, lag=True, cover=late[::2], input_noise=0.3)
+    path = fmt.pack(base, maps, ident, Provenance(), tmp_path / "mixed.gguf", map_type="f32", kind="kv")
+    report = fmt.inspect(path)
+    assert report["loads"] and "input maps of layers" in str(report["checks"]), report["checks"]
+    h_s, (lo, hi), got = _filled_kv(Model(path), text_tokens_kv[:N], split, late, n_ubatch=37)
+    attn = attention_layers(base, late)
+    for il in late:
+        if il in maps.kv.layers:
+            _assert_close(got, _kv_of_kv_maps(maps.kv, il, attn[il], h_s, lo, hi), il, 1e-4, f"{shape} K/V-mapped")
+        else:  # F16 projection weights: llama.cpp rounds their inputs to F16
+            _assert_close(got, _kv_of_input_map(maps, il, attn[il], h_s, lo, hi), il, 3e-3, f"{shape} input-mapped")
+
+
+HYBRID_SINKS, HYBRID_TAIL = 64, 64  # the hybrid tests' fill rows: on ubatch (64) boundaries
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", ["tiny-qwen35", "tiny-qwen35moe", "tiny-qwen3next"])
+def test_hybrid_kv_maps_cover_its_attention_layers(shape, shared_models, text_tokens_kv, tmp_path):
+    """A hybrid's K/V maps cover its late attention layers; its recurrent layers keep their input maps. The
+    attention layers cache the K/V maps' product (RoPE as numpy's NEOX), and the recurrent layers' conv and
+    delta-rule states equal, bit for bit, those of a file with the same input maps for every late layer."""
+    from ridgefill.bench import synth
+    from ridgefill.runtime import Model
+
+    split, base = 2, shared_models.base(shape)
+    ident = fmt.identity_of(base)
+    late = list(range(split + 1, ident.n_layer))
+    maps = random_kv_maps(base, split, seed=6, lag=True, input_noise=0.3)
+    assert maps.kv.layers == [il for il in late if synth.SHAPES[shape].is_attention(il)] and len(maps.kv.layers) < len(late)
+    recurrent = [il for il in late if il not in maps.kv.layers]
+    mixed = fmt.pack(base, maps, ident, Provenance(), tmp_path / "mixed.gguf", map_type="f32", kind="kv")
+    inputs = fmt.pack(base, maps, ident, Provenance(), tmp_path / "inputs.gguf", map_type="f32", kind="input")
+    assert fmt.inspect(mixed)["loads"], fmt.inspect(mixed)["checks"]
+
+    def fill(path):
+        ctx = Model(path).context(n_ctx=1024, n_batch=256, n_ubatch=64, threads=2, capture=[split], kv_type="f32")
+        ctx.set_fill("ridge")
+        rows, states = [], {}
+        res = ctx.prefill(text_tokens_kv[:N], sinks=HYBRID_SINKS, tail=HYBRID_TAIL,
+                          on_chunk=lambda c, start, n: rows.append(c.layer_input(split).copy()),
+                          before_tail=lambda c: states.update({(il, p): c.state_get(il, p) for il in recurrent
+                                                               for p in ("conv", "ssm")}))
+        lo, hi = res.fill_range
+        kv = {(il, p): ctx.state_get(il, p, lo, hi) for il in maps.kv.layers for p in ("k", "v")}
+        return np.concatenate(rows).astype(np.float64), (lo, hi), kv, states
+
+    h_s, (lo, hi), got, states = fill(mixed)
+    assert (lo, hi) == (HYBRID_SINKS, N - HYBRID_TAIL)
+    attn = attention_layers(base, maps.kv.layers)
+    for il in maps.kv.layers:
+        _assert_close(got, _kv_of_kv_maps(maps.kv, il, attn[il], h_s, lo, hi), il, 1e-4, shape)
+    _, _, _, want = fill(inputs)
+    for key, state in want.items():
+        np.testing.assert_array_equal(states[key], state, err_msg=f"{shape} recurrent layer {key}")
+
+
+@pytest.mark.slow
+def test_kv_maps_over_a_recurrent_layer_are_refused(shared_models, tmp_path):
+    """K/V maps that also cover a recurrent layer (no input map of its own): the loader refuses the file naming
+    the layer, and `inspect` says why."""
+    from ridgefill.errors import RidgefillError
+    from ridgefill.runtime import Model
+
+    split, base = 2, shared_models.base("tiny-qwen35")
+    ident = fmt.identity_of(base)
+    maps = random_kv_maps(base, split, seed=2, lag=False, cover=[3, 4, 7])
+    bad = fmt.pack(base, maps, ident, Provenance(), tmp_path / "bad.gguf", map_type="f32", kind="kv")
+    with pytest.raises(RidgefillError, match="layer 4, which is recurrent"):
+        Model(bad)
+    report = fmt.inspect(bad)
+    assert not report["loads"] and "covers layer 4, which has no attention" in str(report["checks"])
 
 
 @pytest.fixture(scope="module")

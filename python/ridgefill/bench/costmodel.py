@@ -19,7 +19,8 @@ K/V projections 2 d d_kv, or the input projections, conv and delta rule of a lin
 layer (the fused kernel also produces its output). The split layer only writes its
 memory. Sinks and tail rows run the full model. With K/V maps (gguf-format.md) a filled late
 attention layer costs only its rows of the stacked K/V weight, 2 d d_kv per product (one per row,
-two when the maps read the previous row): no map into its input, no norm, no K/V projection.
+two when the maps read the previous row): no map into its input, no norm, no K/V projection. A
+hybrid's linear layers keep their input maps beside them (the fit's rule, fit/kv_fit.py).
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ def _filled_layer_costs(sh: Shape, full: list[float], a: int, b: int, split: int
         if il < split:
             out[il] += _full_rows(sh, [il], a, b)
         else:
-            kv_maps = with_map and kv and il > split
+            kv_maps = with_map and kv and il > split and sh.is_attention(il)  # a hybrid's linear layers keep input maps
             write = 2 * sh.d * sh.d_kv * kv if kv_maps else _memory_write(sh, il) + (sh.d * sh.d if with_map and il > split else 0)
             out[il] += m * write
             out[il] += route * _full_rows(sh, [il], a, b)

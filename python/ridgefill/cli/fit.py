@@ -73,13 +73,19 @@ def _cmd_fit(args) -> int:
         from ..fit import kv_fit
 
         print(kv_fit.report(maps.kv, stats.identity.n_embd))
-        print(f"the GGUF carries the {'K/V' if args.maps == 'kv' else 'input'} maps (--maps kv|input)")
+        print(f"the GGUF carries the {'K/V' if args.maps == 'kv' else 'input'} maps (--maps kv|input)"
+              + (_kv_cover(maps) if args.maps == "kv" else ""))
     losers = [f.layer for f in maps.fits if f.r2_ridge <= f.r2_identity]
     if losers:
         print(f"warning: ridge does not beat identity on layer(s) {losers}", file=sys.stderr)
     if args.output:
         print(f"wrote {args.output}")
     return 0
+
+
+def _kv_cover(maps) -> str:
+    own = [l for l in maps.layers if l not in maps.kv.layers]
+    return f": K/V maps for layers {maps.kv.layers}, input maps for the layers without attention {own}" if own else ""
 
 
 def _lag_gain(args) -> float | None:
@@ -169,7 +175,7 @@ def add_commands(sub) -> None:
     fp.add_argument("--maps", choices=("input", "kv"), default="input",
                     help="the maps the GGUF carries: per-layer maps into each late layer's input (default), or maps "
                          "straight into each late attention layer's K and V, one product for all of them (captures "
-                         "their statistics, as --kv)")
+                         "their statistics, as --kv; a hybrid's linear-attention layers keep input maps beside them)")
     fp.add_argument("--stats-out", help="also save the captured statistics")
     fp.add_argument("--maps-out", help="also save the maps (.npz) for `ridgefill convert`")
     fp.add_argument("--no-identity-blend", action="store_true",

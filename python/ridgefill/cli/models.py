@@ -64,7 +64,8 @@ def _cmd_inspect(args) -> int:
               f"{row['bytes']}")
     if info["kv"]:
         kv = info["kv"]
-        print(f"K/V maps: {kv['rows']} rows{' (and the previous row)' if kv['previous_row'] else ''}, {kv['bytes']} bytes")
+        own = f"; input maps kept for layers {kv['input_map_layers']}" if kv["input_map_layers"] else ""
+        print(f"K/V maps: {kv['rows']} rows{' (and the previous row)' if kv['previous_row'] else ''}, {kv['bytes']} bytes{own}")
     if info["kv"] or any(r.get("kv_k_err") is not None for r in info["layers"]):
         rows = info["kv"]["layers"] if info["kv"] else info["layers"]
         print("held-out relative error  layer  input maps K  K/V maps K  K/V maps V")

@@ -18,8 +18,12 @@ import numpy as np
 
 from ..errors import InputError
 
-# llama.cpp's rope type per architecture (llama_model_rope_type): which pairs RoPE rotates
-NEOX = {"qwen2": True, "qwen3": True, "qwen3moe": True, "gemma3": True, "llama": False}
+# llama.cpp's rope type per architecture (llama_model_rope_type): which pairs RoPE rotates. The hybrids' attention
+# layers rotate halves too (qwen35's multi-section RoPE gives a text row the same angles as NEOX: tests/test_kv_fill.py)
+NEOX = {"qwen2": True, "qwen3": True, "qwen3moe": True, "gemma3": True, "llama": False,
+        "qwen35": True, "qwen35moe": True, "qwen3next": True}
+# architectures whose attn_q projects each head's query and then its output gate, one after the other
+Q_GATE = {"qwen35", "qwen35moe", "qwen3next"}
 
 
 @dataclass
@@ -198,7 +202,8 @@ def attention_layers(path: str | os.PathLike, layers: list[int]) -> dict[int, At
         local = il in swa
         out[il] = AttentionLayer(
             il, tensor(f"blk.{il}.attn_norm.weight"), float(get("attention.layer_norm_rms_epsilon")),
-            tensor(f"blk.{il}.attn_q.weight"), tensor(f"blk.{il}.attn_k.weight"), tensor(f"blk.{il}.attn_v.weight"),
+            _queries(tensor(f"blk.{il}.attn_q.weight"), arch, n_head, head_dim),
+            tensor(f"blk.{il}.attn_k.weight"), tensor(f"blk.{il}.attn_v.weight"),
             tensor(f"blk.{il}.attn_q.bias"), tensor(f"blk.{il}.attn_k.bias"), tensor(f"blk.{il}.attn_v.bias"),
             tensor(f"blk.{il}.attn_q_norm.weight"), tensor(f"blk.{il}.attn_k_norm.weight"),
             n_head, n_head_kv, head_dim, int(get("rope.dimension_count", head_dim)), NEOX[arch],
@@ -207,6 +212,13 @@ def attention_layers(path: str | os.PathLike, layers: list[int]) -> dict[int, At
             _kq_scale(arch, n_embd, n_head, head_dim, int(get("block_count"))),
             int(get("attention.sliding_window", 0)) if local else 0)
     return out
+
+
+def _queries(wq: np.ndarray, arch: str, n_head: int, head_dim: int) -> np.ndarray:
+    """The query rows of attn_q (without a gated architecture's output-gate rows)."""
+    if arch not in Q_GATE:
+        return wq
+    return np.ascontiguousarray(wq.reshape(n_head, 2, head_dim, -1)[:, 0].reshape(n_head * head_dim, -1))
 
 
 def _scalar(value, default):

@@ -12,6 +12,11 @@ kinds for retrieval: at Qwen2.5-Coder-0.5B split 12 per-row K/V maps have 5 % le
 and retrieve 11.5 needle points less, while lagged K/V maps tie the lagged input maps at a quarter of the cost
 (experiments/kv-maps). A filled row of layer l costs 2 d d_kv multiply-adds (twice that lagged) against d² + 2 d d_kv
 for an input map, its norm and projections.
+
+Which layers: every late attention layer (the capture's K/V targets). A hybrid's late Gated DeltaNet layers keep their
+input maps beside them in the same file: what they write (conv and delta-rule state) comes from fused projections
+wider than the model, through a convolution and a recurrence, so no linear map of the split state predicts it, and
+their input map costs d² against those projections' d · (2 d_k + d_v + 2 H) (format/write.py writes both kinds).
 """
 
 from __future__ import annotations

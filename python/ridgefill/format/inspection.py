@@ -46,8 +46,9 @@ def inspect(path: str | os.PathLike, base: str | os.PathLike | None = None) -> d
     kv_t = [t for t in tensors.values() if ".ridge_kv" in t.name]
     kv = None
     if kv_t and isinstance(split, int):
+        own = {r["layer"] for r in layers}  # layers that keep their input maps beside the K/V maps (a hybrid's)
         kv = {"rows": int(kv_t[0].shape[-1]), "previous_row": any("ridge_kv_prev" in t.name for t in kv_t),
-              "bytes": sum(int(t.n_bytes) for t in kv_t),
+              "bytes": sum(int(t.n_bytes) for t in kv_t), "input_map_layers": sorted(own),
               "layers": [{"layer": l, **{k: _per_layer(meta, k, l) for k in ("kv_k_err", "kv_v_err", "k_err")}}
                          for l in range(split + 1, split + 1 + len(meta.get("lambda") or []))]}
         total += kv["bytes"]
@@ -62,7 +63,8 @@ def _per_layer(meta: dict, name: str, layer: int):
     values, split = meta.get(PER_LAYER[name][len(PREFIX):]), meta.get("split_layer")
     if not isinstance(values, list) or not isinstance(split, int) or not 0 <= layer - split - 1 < len(values):
         return None
-    return values[layer - split - 1]
+    value = values[layer - split - 1]
+    return None if name.startswith("kv_") and value < 0 else value  # -1: the layer has no K/V map
 
 
 def _plain(v):

@@ -46,7 +46,8 @@ class Defaults:
 def pack(base: str | os.PathLike, maps: Maps, identity: ModelIdentity, provenance: Provenance,
          out: str | os.PathLike, map_type: str = "f16", defaults: Defaults = Defaults(), kind: str = "input") -> Path:
     """The augmented GGUF: every key and tensor of `base`, byte for byte, plus the maps and their metadata.
-    `kind`: the per-layer input maps, or ("kv") the split layer's K/V maps in their place (maps.kv)."""
+    `kind`: the per-layer input maps, or ("kv") the split layer's K/V maps in place of the maps of the layers they
+    cover (maps.kv.layers; every other late layer keeps its input map: a hybrid's recurrent layers)."""
     reader, extra = _checked(Path(base), maps, identity, Path(out), map_type, defaults, kind)
     return copy_gguf(reader, out, add_keys=lambda w: _add_metadata(w, maps, identity, provenance, defaults),
                      extra_tensors=extra)
@@ -85,7 +86,7 @@ def _checked(base: Path, maps: Maps, identity: ModelIdentity, out: Path, map_typ
     if bad:
         raise PackError(f"maps were fitted for a different model than {base}: " + "; ".join(bad))
     d = identity.n_embd
-    if kind == "input":
+    if kind == "input" or set(maps.kv.layers) != set(maps.layers):
         _check_input(maps, d)
     if maps.layers != list(range(maps.split + 1, identity.n_layer)):
         raise PackError(f"maps cover layers {maps.layers}, expected {maps.split + 1}..{identity.n_layer - 1}")
@@ -98,7 +99,8 @@ def _checked(base: Path, maps: Maps, identity: ModelIdentity, out: Path, map_typ
         raise PackError(f"default route fraction {defaults.route_fraction} out of range [0, 1]")
     if defaults.route_fraction > 0 and maps.route is None:
         raise PackError("a default route fraction needs routing statistics, and these maps have none (refit them)")
-    extra = _tensors(maps, map_type, d) if kind == "input" else _kv_tensors(maps, map_type)
+    own = set(maps.layers) - (set(maps.kv.layers) if kind == "kv" else set())
+    extra = _tensors(maps, map_type, d, own) + (_kv_tensors(maps, map_type) if kind == "kv" else [])
     return reader, extra + _route_tensors(maps, d)
 
 
@@ -116,8 +118,8 @@ def _check_kv(maps: Maps, d: int) -> None:
         raise PackError("K/V maps were asked for, and these maps have none (fit them with --kv)")
     if maps.window is not None:
         raise PackError("K/V maps replace the input maps, and window maps are input maps: one kind a file")
-    if kv.layers != maps.layers:
-        raise PackError(f"K/V maps cover layers {kv.layers}, expected every late layer {maps.layers}")
+    if not kv.layers or kv.layers != sorted(set(kv.layers)) or not set(kv.layers) <= set(maps.layers):
+        raise PackError(f"K/V maps cover layers {kv.layers}, expected late layers among {maps.layers}, ascending")
     rows = kv.weights.shape[1]
     if kv.weights.shape != (len(kv.layers), rows, d) or kv.biases.shape != (len(kv.layers), rows):
         raise PackError(f"K/V map shapes {kv.weights.shape}/{kv.biases.shape} do not fit n_embd={d}")
@@ -139,9 +141,12 @@ def _kv_tensors(maps: Maps, map_type: str) -> list[tuple[str, np.ndarray]]:
     return out
 
 
-def _tensors(maps: Maps, map_type: str, d: int) -> list[tuple[str, np.ndarray]]:
+def _tensors(maps: Maps, map_type: str, d: int, layers: set[int]) -> list[tuple[str, np.ndarray]]:
+    """The input maps of `layers` (and the window projection they read)."""
     extra = []
     for j, layer in enumerate(maps.layers):
+        if layer not in layers:
+            continue
         w = maps.weights[j].astype(MAP_TYPES[map_type])  # (d_out, d_in) -> ggml ne = {d_in, d_out}
         extra.append((MAP_WEIGHT.format(layer), np.ascontiguousarray(w)))
         extra.append((MAP_BIAS.format(layer), np.ascontiguousarray(maps.biases[j].astype(np.float32))))
@@ -211,8 +216,9 @@ def _add_metadata(writer, maps: Maps, identity: ModelIdentity, provenance: Prove
     if all(e is not None for e in k_err):
         writer.add_array(K_ERR, [float(e) for e in k_err])
     if maps.kv is not None and all(f.k_err is not None and f.v_err is not None for f in maps.kv.fits):
-        writer.add_array(KV_K_ERR, [float(f.k_err) for f in maps.kv.fits])
-        writer.add_array(KV_V_ERR, [float(f.v_err) for f in maps.kv.fits])
+        fits = {f.layer: f for f in maps.kv.fits}  # -1 on a layer without attention, which has no K/V map
+        writer.add_array(KV_K_ERR, [float(fits[l].k_err) if l in fits else -1.0 for l in maps.layers])
+        writer.add_array(KV_V_ERR, [float(fits[l].v_err) if l in fits else -1.0 for l in maps.layers])
     writer.add_uint64(CALIB_TOKENS, int(provenance.n_tokens))
     writer.add_string(CORPUS_HASH, provenance.corpus_hash)
     writer.add_string(BASE_SHA256, identity.base_sha256)
