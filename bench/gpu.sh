@@ -2,8 +2,10 @@
 # TTFT exact vs split prefill on one GPU: the fork built with CUDA, synthetic shapes of the seed's
 # Qwen3.8-27B (qwen35 hybrid) and of llama-3.1-8b (random Q8_0 weights, identity maps at split L/2),
 # 16K-120K prompts, tail 2048; the 27B shape first, so a call that runs out of time has measured it.
-# Beside each shape: bench overhead (nothing filled) and bench batches (every ubatch timed alone, exact against each
-# fill at the same positions, with the cost model's ratio) at the second length.
+# Beside each shape: random lagged K/V maps in a maps file (on the hybrid, for its attention layers, its linear
+# layers on input maps; routed and selected modes run on the dense shape only: the hybrid refuses them), bench
+# overhead (nothing filled; dense shape) and bench batches (every ubatch timed alone, exact against each fill at
+# the same positions, with the cost model's ratio) at the second length.
 # Device runs are timed warm (bench ttft --warmup auto: each prompt once untimed first), so a length takes
 # about twice its TTFTs; RF_DEADLINE_S cuts the lengths that would not fit.
 #

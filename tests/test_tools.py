@@ -151,13 +151,14 @@ def test_bench_ttft_on_the_tiny_hybrid_moe_prints_exact_and_ridge(tmp_path):
 
 @pytest.mark.slow
 def test_gpu_script_dry_run(tmp_path):
-    """bench/gpu.sh --dry-run: carry folder, CMake configure of the carried tree, synthetic shape, JSON."""
+    """bench/gpu.sh --dry-run: carry folder, CMake configure of the carried tree, synthetic shapes (dense and
+    hybrid), JSON."""
     import json
     import os
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, RF_OUT=str(tmp_path / "out"), RF_WORK=str(tmp_path / "work"), RF_SHAPES="tiny-qwen3",
+    env = dict(os.environ, RF_OUT=str(tmp_path / "out"), RF_WORK=str(tmp_path / "work"), RF_SHAPES="tiny-qwen3 tiny-qwen35",
                RF_LENGTHS="768", RF_CARRY=str(tmp_path / "carry"))
     run = subprocess.run([str(repo / "bench" / "gpu.sh"), "--dry-run"], capture_output=True, text=True, env=env,
                          timeout=900)
@@ -178,10 +179,19 @@ def test_gpu_script_dry_run(tmp_path):
 
     want = costmodel.bound(costmodel.Shape(**kv["shape"]), 768, kv["split"], kv["sinks"], kv["tail"], kv=2)
     assert kv["results"][0]["bound_ridge"] == pytest.approx(want)  # the bound of K/V maps, not of input maps
+    # the hybrid: identity maps in a maps file beside its base, no routed or selected modes (it refuses them), and
+    # K/V maps for its attention layers beside input maps for its linear ones, priced so by the bound
+    hyb, hyb_kv = report["shapes"]["tiny-qwen35"], report["shapes"]["tiny-qwen35 K/V maps"]
+    assert hyb["maps"] and set(hyb["results"][0]["median_ms"]) == {"exact", "identity", "ridge"}
+    assert set(hyb_kv["results"][0]["median_ms"]) == {"exact", "ridge"} and hyb_kv["kv_maps"] == 2
+    want = costmodel.bound(costmodel.Shape(**hyb_kv["shape"]), 768, hyb_kv["split"], hyb_kv["sinks"], hyb_kv["tail"],
+                           kv=2)
+    assert hyb_kv["results"][0]["bound_ridge"] == pytest.approx(want)
     over = {r["test"]: r for r in report["overhead"]["tiny-qwen3"]}  # bench overhead beside the lagged K/V maps
     assert set(over) == {"tg128", "pp512"} and all(r["same_graph"] and r["rounds"] == 2 for r in over.values())
     bt = report["batches"]  # every ubatch timed alone, exact against each fill at the same positions
-    assert set(bt) == {"tiny-qwen3", "tiny-qwen3 K/V maps"}
+    assert set(bt) == {"tiny-qwen3", "tiny-qwen3 K/V maps", "tiny-qwen35", "tiny-qwen35 K/V maps"}
+    assert set(report["overhead"]) == {"tiny-qwen3"}  # a hybrid's decode path is not compared
     rows = bt["tiny-qwen3 K/V maps"]["batches"]
     assert [(r["lo"], r["hi"], r["kind"]) for r in rows] == [(0, 512, "mixed"), (512, 768, "last")]
     assert rows[0]["filled"]["ridge"] == 508 and rows[1]["routed"]["ridge^10"] == 51

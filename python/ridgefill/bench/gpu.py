@@ -6,11 +6,11 @@ Two halves, because the GPU machine has no network and no compiled RidgeFill:
 - `run` (there): write each shape's seeded random-weight GGUF with identity maps and routing
   statistics at split L/2 (speed only: fitted ones cost the same), then TTFT exact / identity /
   ridge / ridge@P (routed rows) through the CUDA llama-bench with every layer offloaded,
-  interleaved, beside the cost-model bound; for a shape whose late layers all attend, also
-  random lagged K/V maps in a maps file beside the base (exact / ridge: one product for every
-  filled layer's K and V instead of a map, a norm and two projections per layer; ridge^10: the fork
-  selects 10 % of the filled rows by the prompt's last 64 rows, whose probe and second pass it pays);
-  and for that shape `bench overhead`: tg128 and pp512 (nothing filled) in ridge mode beside the lagged
+  interleaved, beside the cost-model bound; beside it, random lagged K/V maps in a maps file beside
+  the base (exact / ridge: one product for every filled attention layer's K and V instead of a map, a
+  norm and two projections per layer, a hybrid's linear layers on their input maps; ridge^10, where no
+  layer is recurrent: the fork selects 10 % of the filled rows by the prompt's last 64 rows, whose probe
+  and second pass it pays); and for a dense shape `bench overhead`: tg128 and pp512 (nothing filled) in ridge mode beside the lagged
   maps against exact mode, interleaved, with the graphs compared node for node (issue 53's "the decode
   path pays nothing for the fill", on a quiet machine); then `bench batches` at one length: every ubatch
   synchronized and timed alone, exact against each fill mode at the same positions beside the cost
@@ -77,25 +77,33 @@ def tokenizer_gguf(src: str | os.PathLike, out: Path) -> Path:
     return out
 
 
-def make_model(shape: str, workdir: Path, tokenizer: Path, weight_type: str, n_ctx: int) -> tuple[Path, int]:
-    """The shape's random-weight GGUF with identity maps and routing statistics at split L/2; (path, split). A
-    shape whose layers all attend keeps its base beside, with a maps file of K/V maps (kv_files)."""
+def make_model(shape: str, workdir: Path, tokenizer: Path, weight_type: str, n_ctx: int) -> tuple[Path, Path | None, int]:
+    """The shape's random-weight GGUF with identity maps and routing statistics at split L/2, and its base beside
+    with a maps file of K/V maps (kv_files); (model, maps file or None, split). A hybrid's identity maps are a maps
+    file beside the base, so one copy of its weights is on disk (the 27B shape in Q8_0 is 29 GB of a 64 GiB disk)."""
     sh = synth.SHAPES[shape]
     split = sh.n_layer // 2
-    out = workdir / f"{shape}-s{split}.gguf"
+    base = workdir / f"{shape}.gguf"
+    out = workdir / f"{shape}-s{split}{'-maps' if sh.attn_interval else ''}.gguf"
     if not out.exists():
-        base = synth.random_model(shape, workdir / f"{shape}.gguf", tokenizer, weight_type=weight_type, n_ctx=n_ctx,
-                                  shared_layers=True)
-        synth.identity_maps(base, split, out, route=True)
-        if sh.attn_interval:
-            base.unlink()
-        else:
-            synth.kv_maps_file(base, split, workdir / f"{shape}-s{split}-kv.gguf")
-    return out, split
+        synth.random_model(shape, base, tokenizer, weight_type=weight_type, n_ctx=n_ctx, shared_layers=True)
+        synth.identity_maps(base, split, out, route=True, maps_only=bool(sh.attn_interval))
+        synth.kv_maps_file(base, split, workdir / f"{shape}-s{split}-kv.gguf")
+    return (base, out, split) if sh.attn_interval else (out, None, split)
+
+
+KV_MODES = ("exact", "ridge", "ridge^10")
+
+
+def shape_modes(shape: str, modes) -> tuple[str, ...]:
+    """`modes` less routed (@) and selected (^) rows on a hybrid, which refuses both (its recurrent state would take
+    those rows twice)."""
+    hybrid = bool(synth.SHAPES[shape].attn_interval)
+    return tuple(m for m in modes if not (hybrid and ("@" in m or "^" in m)))
 
 
 def kv_files(shape: str, workdir: Path, split: int) -> tuple[Path, Path] | None:
-    """(base, K/V maps file) that make_model wrote for the shape, None for a hybrid."""
+    """(base, K/V maps file) that make_model wrote for the shape (a hybrid's keeps input maps for its linear layers)."""
     base, maps = workdir / f"{shape}.gguf", workdir / f"{shape}-s{split}-kv.gguf"
     return (base, maps) if base.exists() and maps.exists() else None
 
@@ -112,7 +120,7 @@ def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, wor
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "shapes": {}}
     for shape in shapes:
         t0 = time.perf_counter()
-        model, split = make_model(shape, workdir, tokenizer, weight_type, max(lengths) + 256)
+        model, model_maps, split = make_model(shape, workdir, tokenizer, weight_type, max(lengths) + 256)
         progress(f"{shape}: model written in {time.perf_counter() - t0:.0f} s (split {split})")
         for n in lengths:
             if deadline is not None and time.time() > deadline:
@@ -122,20 +130,21 @@ def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, wor
             runs_of = lambda path, ms, maps=None: bench.ttft(  # noqa: E731
                 str(path), [n], runs=runs, modes=ms, threads=threads, sinks=sinks, tail=tail, split=split, batch=ubatch,
                 ubatch=ubatch, tool=str(llama_bench), ngl=ngl, progress=progress, maps=maps)
-            _add(report, shape, runs_of(model, modes))
+            _add(report, shape, runs_of(model, shape_modes(shape, modes), model_maps and str(model_maps)))
             kv = kv_files(shape, workdir, split)
             if kv:
-                _add(report, f"{shape} K/V maps", runs_of(kv[0], ("exact", "ridge", "ridge^10"), str(kv[1])))
+                _add(report, f"{shape} K/V maps", runs_of(kv[0], shape_modes(shape, KV_MODES), str(kv[1])))
             out_json.write_text(json.dumps(report, indent=2))  # partial results survive a timeout
         for key in (shape, f"{shape} K/V maps"):
             if key in report["shapes"]:
                 progress(ttft_report.markdown(report["shapes"][key]))
-        _overhead(report, shape, kv_files(shape, workdir, split), llama_bench, overhead_rounds, threads, deadline,
-                  progress)
+        if not synth.SHAPES[shape].attn_interval:  # measured on dense shapes; a hybrid's decode path is not compared
+            _overhead(report, shape, kv_files(shape, workdir, split), llama_bench, overhead_rounds, threads, deadline,
+                      progress)
         out_json.write_text(json.dumps(report, indent=2))
-        timed = [(shape, model, None, modes)]
+        timed = [(shape, model, model_maps, shape_modes(shape, modes))]
         if kv_files(shape, workdir, split):
-            timed.append((f"{shape} K/V maps", *kv_files(shape, workdir, split), ("exact", "ridge", "ridge^10")))
+            timed.append((f"{shape} K/V maps", *kv_files(shape, workdir, split), shape_modes(shape, KV_MODES)))
         for key, path, maps, ms in timed if batch_rounds > 0 else ():
             if deadline is not None and time.time() > deadline:
                 progress(f"{key}: deadline reached, batches not timed")
@@ -143,7 +152,7 @@ def run(llama_bench: Path, shapes: list[str], lengths: list[int], runs: int, wor
             _batches(report, key, path, maps, ms, lengths[min(1, len(lengths) - 1)], llama_bench, batch_rounds,
                      threads, ubatch, split, sinks, tail, ngl, progress)
             out_json.write_text(json.dumps(report, indent=2))
-        for p in [model, *(kv_files(shape, workdir, split) or ())]:
+        for p in {model, model_maps, *(kv_files(shape, workdir, split) or ())} - {None}:
             p.unlink()
     return report
 

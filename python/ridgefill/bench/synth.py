@@ -50,8 +50,9 @@ def passthrough(base: str | os.PathLike, split: int, out: str | os.PathLike) -> 
 
 
 def identity_maps(base: str | os.PathLike, split: int, out: str | os.PathLike, map_type: str = "f32",
-                  defaults: fmt.Defaults = fmt.Defaults(), route: bool = False) -> Path:
-    """`route`: routing statistics too (μ = 0, P = I, so leverage = ‖h‖²; they cost what fitted ones do)."""
+                  defaults: fmt.Defaults = fmt.Defaults(), route: bool = False, maps_only: bool = False) -> Path:
+    """`route`: routing statistics too (μ = 0, P = I, so leverage = ‖h‖²; they cost what fitted ones do);
+    `maps_only`: a maps file beside `base` rather than an augmented GGUF."""
     ident = fmt.identity_of(base)
     layers = list(range(split + 1, ident.n_layer))
     d = ident.n_embd
@@ -59,23 +60,29 @@ def identity_maps(base: str | os.PathLike, split: int, out: str | os.PathLike, m
     maps = Maps(split, layers, np.broadcast_to(np.eye(d, dtype=np.float32), (len(layers), d, d)).copy(),
                 np.zeros((len(layers), d), np.float32), [LayerFit(l, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0) for l in layers],
                 route=stats)
-    return fmt.pack(base, maps, ident, Provenance(backend="synthetic"), out, map_type=map_type, defaults=defaults)
+    write = fmt.write_maps if maps_only else fmt.pack
+    return write(base, maps, ident, Provenance(backend="synthetic"), out, map_type=map_type, defaults=defaults)
 
 
 def kv_maps_file(base: str | os.PathLike, split: int, out: str | os.PathLike, lagged: bool = True, seed: int = 0,
                  map_type: str = "f16") -> Path:
     """A maps file of random K/V maps (gguf-format.md) beside `base`, lagged by default (speed only: fitted ones
-    cost the same). Every layer after the split must attend (no hybrid)."""
+    cost the same), for every late attention layer; a hybrid's late linear layers keep identity input maps in it."""
     from ..format.maps import KVFit, KVMaps
     from .costmodel import Shape as CostShape
 
     ident = fmt.identity_of(base)
-    layers, rows = list(range(split + 1, ident.n_layer)), 2 * CostShape.from_gguf(base).d_kv
+    names = {t.name for t in open_gguf(base).tensors}
+    layers = list(range(split + 1, ident.n_layer))
+    attn = [l for l in layers if f"blk.{l}.attn_k.weight" in names]
+    rows, d = 2 * CostShape.from_gguf(base).d_kv, ident.n_embd
     rng = np.random.default_rng(seed)
-    w = lambda: (rng.standard_normal((len(layers), rows, ident.n_embd), np.float32) / np.sqrt(ident.n_embd))
-    kv = KVMaps(layers, w(), np.zeros((len(layers), rows), np.float32),
-                [KVFit(l, lagged, 0.0, 0.0, 0.0, 0.0) for l in layers], w() if lagged else None)
-    maps = Maps(split, layers, None, None, [LayerFit(l, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0) for l in layers], kv=kv)
+    w = lambda: (rng.standard_normal((len(attn), rows, d), np.float32) / np.sqrt(d))
+    kv = KVMaps(attn, w(), np.zeros((len(attn), rows), np.float32),
+                [KVFit(l, lagged, 0.0, 0.0, 0.0, 0.0) for l in attn], w() if lagged else None)
+    eye = np.broadcast_to(np.eye(d, dtype=np.float32), (len(layers), d, d))  # a view: only the linear layers' are written
+    maps = Maps(split, layers, eye, np.zeros((len(layers), d), np.float32),
+                [LayerFit(l, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0) for l in layers], kv=kv)
     return fmt.write_maps(base, maps, ident, Provenance(backend="synthetic"), out, map_type=map_type, kind="kv")
 
 
